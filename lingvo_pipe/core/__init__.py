@@ -1,0 +1,1 @@
+"""Core of lingvo_pipe: params, layers, the pipeline and its planning."""

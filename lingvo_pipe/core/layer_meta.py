@@ -1,0 +1,50 @@
+"""LayerMeta: what a layer costs for given input shapes (Lingvo's FPropMeta)."""
+
+import dataclasses
+import math
+from typing import Any, Iterable, Sequence
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerMeta:
+  """Planning metadata of one forward pass of a layer.
+
+  Attributes:
+    out_shapes: output shapes, a tuple of tf.TensorShape (or nested structures
+      of them for layers with structured outputs).
+    flops: forward floating-point operations (a multiply-add counts 2).
+    param_bytes: bytes of the layer's variables.
+    act_bytes: bytes of the activations the forward pass produces (what a
+      backward pass without recomputation keeps alive).
+  """
+  out_shapes: tuple
+  flops: int = 0
+  param_bytes: int = 0
+  act_bytes: int = 0
+
+  def __add__(self, other: 'LayerMeta') -> 'LayerMeta':
+    """Sums costs; the output shapes are `other`'s (the later layer's)."""
+    return LayerMeta(other.out_shapes, self.flops + other.flops,
+                     self.param_bytes + other.param_bytes,
+                     self.act_bytes + other.act_bytes)
+
+
+def NumElements(shape: Any) -> int:
+  """Number of elements of a fully defined shape."""
+  shape = tf.TensorShape(shape)
+  if not shape.is_fully_defined():
+    raise ValueError(f'Shape {shape} is not fully defined; planning needs '
+                     'concrete input shapes (including the batch size).')
+  return math.prod(shape.as_list())
+
+
+def Bytes(shapes: Iterable[Any], dtype: tf.DType) -> int:
+  """Total bytes of tensors of the given shapes and dtype."""
+  return sum(NumElements(s) for s in shapes) * tf.as_dtype(dtype).size
+
+
+def Shapes(*shapes: Sequence[Any]) -> tuple:
+  """Normalizes shapes to a tuple of tf.TensorShape."""
+  return tuple(tf.TensorShape(s) for s in shapes)

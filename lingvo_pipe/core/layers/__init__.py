@@ -1,0 +1,1 @@
+"""The layer library, one family of layers per module."""

@@ -1,0 +1,114 @@
+"""The value grammar of the Params text format: encoding and safe decoding.
+
+A value is a Python literal (None, bool, int, float, str, list, tuple, dict)
+or one of these calls:
+
+  dtype('float32')                       a tf.DType
+  enum('pkg.mod.Policy', 'PER_CELL')     an enum member
+  cls('pkg.mod.ClassName')               a class, by import path
+  params('pkg.mod.Layer', {'dim': 8})    nested Params inside a list or dict
+  float('inf'), float('nan')             non-finite floats
+
+Decoding walks the syntax tree; nothing is evaluated.
+"""
+
+import ast
+import enum
+import math
+from typing import Any
+
+import tensorflow as tf
+
+
+def Encode(value: Any) -> str:
+  """Returns the text form of `value`.
+
+  Raises:
+    TypeError: for a value of a kind the format does not hold.
+  """
+  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
+  if value is None or isinstance(value, (bool, int, str)):
+    return repr(value)
+  if isinstance(value, float):
+    return repr(value) if math.isfinite(value) else f"float('{value}')"
+  if isinstance(value, tf.DType):
+    return f"dtype('{value.name}')"
+  if isinstance(value, enum.Enum):
+    return f"enum('{hyperparams.ObjectPath(type(value))}', '{value.name}')"
+  if isinstance(value, type):
+    return f"cls('{hyperparams.ObjectPath(value)}')"
+  if isinstance(value, hyperparams.Params):
+    cls = value.cls if 'cls' in value else None
+    cls_text = f"'{hyperparams.ObjectPath(cls)}'" if cls is not None else 'None'
+    items = ', '.join(f'{k!r}: {Encode(v)}' for k, v in value.IterParams()
+                      if k != 'cls')
+    return f'params({cls_text}, {{{items}}})'
+  if isinstance(value, list):
+    return '[' + ', '.join(Encode(v) for v in value) + ']'
+  if isinstance(value, tuple):
+    inner = ', '.join(Encode(v) for v in value)
+    return f'({inner},)' if len(value) == 1 else f'({inner})'
+  if isinstance(value, dict):
+    return '{' + ', '.join(f'{Encode(k)}: {Encode(v)}'
+                           for k, v in value.items()) + '}'
+  raise TypeError(f'Params text cannot hold {value!r} of type '
+                  f'{type(value).__name__}; use a literal, a tf.DType, an enum '
+                  'member, a class or Params.')
+
+
+def Decode(text: str) -> Any:
+  """Parses the text form of one value.
+
+  Raises:
+    ValueError: if the text is not a value of the grammar.
+  """
+  try:
+    tree = ast.parse(text, mode='eval')
+  except SyntaxError as e:
+    raise ValueError(f'cannot parse value {text!r}: {e.msg}') from None
+  return _Decode(tree.body, text)
+
+
+def _Decode(node: ast.AST, text: str) -> Any:
+  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
+  if isinstance(node, ast.Constant):
+    return node.value
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    operand = _Decode(node.operand, text)
+    if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+      return -operand
+  if isinstance(node, ast.List):
+    return [_Decode(e, text) for e in node.elts]
+  if isinstance(node, ast.Tuple):
+    return tuple(_Decode(e, text) for e in node.elts)
+  if isinstance(node, ast.Dict):
+    return {_Decode(k, text): _Decode(v, text)
+            for k, v in zip(node.keys, node.values)}
+  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+      not node.keywords):
+    args = [_Decode(a, text) for a in node.args]
+    fn = node.func.id
+    if fn == 'dtype' and len(args) == 1:
+      return tf.as_dtype(args[0])
+    if fn == 'float' and len(args) == 1 and isinstance(args[0], str):
+      return float(args[0])
+    if fn == 'cls' and len(args) == 1:
+      return hyperparams.ImportByPath(args[0])
+    if fn == 'enum' and len(args) == 2:
+      return hyperparams.ImportByPath(args[0])[args[1]]
+    if fn == 'params' and len(args) == 2:
+      return _DecodeParams(args[0], args[1])
+  raise ValueError(f'unsupported value syntax in {text!r}: '
+                   f'{ast.unparse(node)!r}')
+
+
+def _DecodeParams(cls_path: Any, items: dict) -> Any:
+  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
+  if cls_path is None:
+    p = hyperparams.Params()
+    for key, value in items.items():
+      p.Define(key, value, '')
+    return p
+  cls = hyperparams.ImportByPath(cls_path)
+  p = cls.Params() if hasattr(cls, 'Params') else hyperparams.InstantiableParams(cls)
+  return p.Set(**items)

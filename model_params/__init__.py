@@ -1,0 +1,1 @@
+"""Registered experiments: model params classes run by the trainer."""

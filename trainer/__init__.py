@@ -1,0 +1,1 @@
+"""The trainer binary and its training loop."""
