@@ -1,0 +1,160 @@
+"""One pipeline cell on its device: traced forward and backward functions.
+
+Each cell has one traced forward and one traced backward function, called
+once per micro-batch, so the step's graph grows with K, not with K*M. Every
+op of both functions, recomputation and gradient included, is created under
+`tf.device(cell device)`: gradient tapes inside `tf.function` do not inherit
+the forward's placement, so it is set explicitly.
+"""
+
+import enum
+from typing import Any, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.nested_map import NestedMap
+
+
+class RematPolicy(enum.Enum):
+  """What the backward pass recomputes instead of keeping."""
+  NONE = 'none'            # keep every activation of every micro-batch
+  PER_CELL = 'per_cell'    # keep cell inputs; recompute the cell in backward
+  PER_LAYER = 'per_layer'  # as PER_CELL, and inside it keep only layer inputs
+
+
+def IsDifferentiable(x: Any) -> bool:
+  return tf.as_dtype(x.dtype).is_floating
+
+
+def _Grads(tape: tf.GradientTape, ys: Sequence[Any], xs: Sequence[Any],
+           dys: Sequence[Any]) -> List[Any]:
+  """Vector-Jacobian product; unconnected inputs get zeros."""
+  diff_ys = [(y, dy) for y, dy in zip(ys, dys) if IsDifferentiable(y)]
+  return tape.gradient([y for y, _ in diff_ys], list(xs),
+                       output_gradients=[dy for _, dy in diff_ys],
+                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+
+class CellRunner:
+  """Runs cell k: forward per micro-batch, backward with recomputation."""
+
+  def __init__(self, cell: base_layer.BaseLayer, device: str,
+               remat: RematPolicy) -> None:
+    self.cell = cell
+    self.device = device
+    self.remat = remat
+    self.theta_structure: Optional[NestedMap] = None
+    self.in_structure: Any = None
+    self.out_structure: Any = None
+    self.updates_structure: Any = None
+    self._forward = tf.function(self._Forward, autograph=False)
+    self._backward = tf.function(self._Backward, autograph=False)
+
+  # --- called by the pipeline ---------------------------------------------
+
+  def Forward(self, theta: NestedMap, inputs: tuple) -> Tuple[tuple, NestedMap]:
+    """Returns (cell outputs as a tuple, additive statistics)."""
+    self.theta_structure = theta
+    self.in_structure = inputs
+    with tf.device(self.device):
+      flat = self._forward(tf.nest.flatten(theta), tf.nest.flatten(inputs))
+    num_out = len(tf.nest.flatten(self.out_structure))
+    outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
+    updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
+    return outputs, updates
+
+  def Backward(self, theta: NestedMap, inputs: tuple,
+               output_grads: tuple) -> Tuple[List[Any], List[Any]]:
+    """Recomputes the cell and returns (theta grads, input grads), flat.
+
+    Entries that are not floating point get None.
+    """
+    flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
+    with tf.device(self.device):
+      grads = self._backward(flat_theta, flat_in,
+                             tf.nest.flatten(output_grads))
+    return self._Unpack(grads, flat_theta, flat_in)
+
+  def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
+                       inputs: tuple, outputs: tuple,
+                       output_grads: tuple) -> Tuple[List[Any], List[Any]]:
+    """Backward without recomputation (RematPolicy.NONE), from a tape that
+    recorded Forward; the gradient ops are placed on the cell's device."""
+    flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
+    sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
+    with tf.device(self.device):
+      grads = _Grads(tape, tf.nest.flatten(outputs), sources,
+                     tf.nest.flatten(output_grads))
+    return self._Unpack(grads, flat_theta, flat_in)
+
+  # --- traced bodies ------------------------------------------------------
+
+  def _Forward(self, flat_theta: List[Any], flat_in: List[Any]) -> List[Any]:
+    with tf.device(self.device):
+      theta, inputs = self._Pack(flat_theta, flat_in)
+      outputs, updates = self.cell.FPropWithUpdates(theta, *inputs)
+      outputs = containers.AsTuple(outputs)
+      self.out_structure = outputs
+      self.updates_structure = updates
+      return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
+
+  def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
+                flat_dys: List[Any]) -> List[Any]:
+    with tf.device(self.device):
+      sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
+      with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(sources)
+        theta, inputs = self._Pack(flat_theta, flat_in)
+        if self.remat == RematPolicy.PER_LAYER:
+          outputs = self._LayerwiseRematFProp(theta, inputs)
+        else:
+          outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
+      return _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
+                    sources, flat_dys)
+
+  def _LayerwiseRematFProp(self, theta: NestedMap, inputs: tuple) -> Any:
+    """The cell's forward with each sublayer under tf.recompute_grad."""
+    sublayers = getattr(self.cell, 'sub', None)
+    if sublayers is None:
+      raise ValueError(f'RematPolicy.PER_LAYER needs cells with sublayers '
+                       f'(SequentialLayer); cell {self.cell.path!r} is a '
+                       f'{type(self.cell).__name__}.')
+    outputs = tuple(inputs)
+    for layer, layer_theta in zip(sublayers, theta.sub):
+      outputs = _RecomputedLayer(layer, layer_theta, outputs)
+    return containers.UnwrapSingle(outputs)
+
+  # --- helpers -------------------------------------------------------------
+
+  def _Pack(self, flat_theta: List[Any], flat_in: List[Any]) -> Tuple[NestedMap, tuple]:
+    theta = tf.nest.pack_sequence_as(self.theta_structure, flat_theta)
+    inputs = tf.nest.pack_sequence_as(self.in_structure, flat_in)
+    return theta, tuple(inputs)
+
+  @staticmethod
+  def _Unpack(grads: Sequence[Any], flat_theta: List[Any],
+              flat_in: List[Any]) -> Tuple[List[Any], List[Any]]:
+    it = iter(grads)
+    out = [next(it) if IsDifferentiable(x) else None
+           for x in flat_theta + flat_in]
+    return out[:len(flat_theta)], out[len(flat_theta):]
+
+
+def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,
+                     inputs: tuple) -> tuple:
+  """Applies one layer so that only its inputs are kept for the backward."""
+  flat_theta = tf.nest.flatten(theta)
+  num_in = len(inputs)
+  out_structure = []
+
+  def Body(*args):
+    layer_theta = tf.nest.pack_sequence_as(theta, list(args[num_in:]))
+    outputs = containers.AsTuple(layer.FProp(layer_theta, *args[:num_in]))
+    out_structure[:] = [outputs]
+    return tf.nest.flatten(outputs)
+
+  flat = tf.recompute_grad(Body)(*inputs, *flat_theta)
+  flat = flat if isinstance(flat, (list, tuple)) else [flat]
+  return tuple(tf.nest.pack_sequence_as(out_structure[0], list(flat)))

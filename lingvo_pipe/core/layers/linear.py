@@ -1,0 +1,155 @@
+"""Dense layers: `ProjectionLayer` (affine map of the last dim) and `FeedForwardLayer`."""
+
+from typing import Any, List
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import weights
+from lingvo_pipe.core.layers import activations
+from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.nested_map import NestedMap
+
+Activation = activations.Activation
+
+
+def _CheckDims(params: hyperparams.Params) -> None:
+  if params.input_dim <= 0 or params.output_dim <= 0:
+    raise ValueError(f'ProjectionLayer {params.name!r} needs input_dim > 0 and '
+                     f'output_dim > 0, got input_dim={params.input_dim}, '
+                     f'output_dim={params.output_dim}.')
+  activations.CheckActivation(params.activation,
+                              f'ProjectionLayer {params.name!r}')
+
+
+def _CheckInputShape(params: hyperparams.Params, shape: Any) -> tf.TensorShape:
+  """Checks what is statically known of an input shape; returns it."""
+  shape = tf.TensorShape(shape)
+  if shape.rank is None:
+    return shape
+  if shape.rank < 2:
+    raise ValueError(f'ProjectionLayer {params.name!r} needs inputs of rank >= 2 '
+                     f'([..., input_dim={params.input_dim}]), got shape {shape}.')
+  if shape[-1] is not None and shape[-1] != params.input_dim:
+    raise ValueError(f'ProjectionLayer {params.name!r}: the input\'s last dim '
+                     f'({shape[-1]}, shape {shape}) differs from input_dim '
+                     f'({params.input_dim}); set p.input_dim = {shape[-1]} or '
+                     'fix the input.')
+  return shape
+
+
+class ProjectionLayer(base_layer.BaseLayer):
+  """y = activation(x @ w + b), applied to the last dim of x (rank >= 2).
+
+  Variables: 'w' [input_dim, output_dim] (p.params_init) and, if p.has_bias,
+  'b' [output_dim] (zeros).
+  """
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('input_dim', 0, 'Size of the input\'s last dim.')
+    p.Define('output_dim', 0, 'Size of the output\'s last dim.')
+    p.Define('has_bias', True, 'If True, adds a bias b [output_dim].')
+    p.Define('activation', Activation.NONE, 'An Activation applied last.')
+    return p
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    p = self.params
+    _CheckDims(p)
+    self.CreateVariable('w', weights.WeightParams([p.input_dim, p.output_dim]))
+    if p.has_bias:
+      self.CreateVariable('b', weights.WeightParams(
+          [p.output_dim], init=weights.WeightInit.Constant(0.0)))
+
+  def FProp(self, theta: NestedMap, inputs: tf.Tensor) -> tf.Tensor:
+    """Projects `inputs` [..., input_dim] to [..., output_dim].
+
+    Raises:
+      ValueError: if the static rank is < 2 or the last dim is not input_dim.
+    """
+    p = self.params
+    _CheckInputShape(p, inputs.shape)
+    out = tf.einsum('...i,io->...o', inputs, tf.cast(theta.w, self.fprop_dtype))
+    if p.has_bias:
+      out += tf.cast(theta.b, self.fprop_dtype)
+    return activations.ApplyActivation(p.activation, out)
+
+  @classmethod
+  def FPropMeta(cls, params: hyperparams.Params,
+                input_shape: Any) -> layer_meta.LayerMeta:
+    """Costs: the matmul (2 flops a multiply-add), the bias add (1 flop an
+    element) and the activation; each step produces one output-sized tensor."""
+    _CheckDims(params)
+    shape = _CheckInputShape(params, input_shape)
+    rows = layer_meta.NumElements(shape[:-1])
+    out_shape = shape[:-1].concatenate([params.output_dim])
+    outputs = rows * params.output_dim
+    num_params = params.input_dim * params.output_dim
+    flops = 2 * rows * params.input_dim * params.output_dim
+    produced = outputs
+    if params.has_bias:
+      num_params += params.output_dim
+      flops += outputs
+      produced += outputs
+    act_dtype = params.fprop_dtype or params.dtype
+    affine = layer_meta.LayerMeta(
+        out_shapes=(out_shape,), flops=flops,
+        param_bytes=num_params * params.dtype.size,
+        act_bytes=produced * act_dtype.size)
+    return affine + activations.ActivationMeta(params.activation, out_shape,
+                                               act_dtype)
+
+
+class FeedForwardLayer(base_layer.BaseLayer):
+  """Two projections: fc1(fc0(x)), fc0 with p.activation, fc1 without.
+
+  Children: 'fc0' (input_dim -> hidden_dim) and 'fc1' (hidden_dim ->
+  output_dim, or input_dim when output_dim is 0).
+  """
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('input_dim', 0, 'Size of the input\'s last dim.')
+    p.Define('hidden_dim', 0, 'Size of the hidden layer.')
+    p.Define('output_dim', 0, 'Size of the output\'s last dim; 0: input_dim.')
+    p.Define('activation', Activation.RELU, 'Activation of the hidden layer.')
+    return p
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    fc0, fc1 = self._ChildParams(self.params)
+    self.CreateChild('fc0', fc0)
+    self.CreateChild('fc1', fc1)
+
+  @classmethod
+  def _ChildParams(cls, params: hyperparams.Params) -> List[hyperparams.Params]:
+    """Validates params; returns the params of fc0 and fc1."""
+    if params.input_dim <= 0 or params.hidden_dim <= 0 or params.output_dim < 0:
+      raise ValueError(
+          f'FeedForwardLayer {params.name!r} needs input_dim > 0, hidden_dim '
+          f'> 0 and output_dim >= 0 (0: input_dim), got input_dim='
+          f'{params.input_dim}, hidden_dim={params.hidden_dim}, output_dim='
+          f'{params.output_dim}.')
+    output_dim = params.output_dim or params.input_dim
+    dims = [(params.input_dim, params.hidden_dim, params.activation),
+            (params.hidden_dim, output_dim, Activation.NONE)]
+    return [
+        ProjectionLayer.Params().Set(
+            name=f'fc{i}', dtype=params.dtype, fprop_dtype=params.fprop_dtype,
+            input_dim=d_in, output_dim=d_out, activation=act)
+        for i, (d_in, d_out, act) in enumerate(dims)
+    ]
+
+  def FProp(self, theta: NestedMap, inputs: tf.Tensor) -> tf.Tensor:
+    hidden = self.fc0.FProp(theta.fc0, inputs)
+    return self.fc1.FProp(theta.fc1, hidden)
+
+  @classmethod
+  def FPropMeta(cls, params: hyperparams.Params,
+                input_shape: Any) -> layer_meta.LayerMeta:
+    return containers.ChainMeta(cls._ChildParams(params), (input_shape,))

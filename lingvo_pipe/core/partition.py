@@ -1,0 +1,84 @@
+"""Balancing a sequence of L layers into K cells by cost, or by manual splits."""
+
+import enum
+from typing import Any, List, Sequence
+
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
+
+
+class CostKind(enum.Enum):
+  """Which per-layer cost the partitioner balances."""
+  FLOPS = 'flops'
+  PARAM_BYTES = 'param_bytes'
+  ACT_BYTES = 'act_bytes'
+
+
+def LayerCosts(layer_params: Sequence[hyperparams.Params],
+               input_shapes: Sequence[Any],
+               kind: CostKind = CostKind.FLOPS) -> List[int]:
+  """The cost of each layer, chaining output shapes into the next layer."""
+  costs = []
+  shapes = tuple(input_shapes)
+  for p in layer_params:
+    meta: layer_meta.LayerMeta = p.cls.FPropMeta(p, *shapes)
+    costs.append(getattr(meta, kind.value))
+    shapes = meta.out_shapes
+  return costs
+
+
+def BalancedSplits(costs: Sequence[float], num_cells: int) -> List[int]:
+  """Split points (exclusive end index of each cell but the last) that
+  minimize the cost of the most expensive cell; every cell gets >= 1 layer.
+
+  Raises:
+    ValueError: if num_cells < 1 or there are fewer layers than cells.
+  """
+  n = len(costs)
+  if num_cells < 1:
+    raise ValueError(f'num_cells must be >= 1, got {num_cells}.')
+  if n < num_cells:
+    raise ValueError(f'Cannot split {n} layers into {num_cells} cells: each '
+                     f'cell needs at least one layer; use at most {n} cells.')
+  prefix = [0.0]
+  for c in costs:
+    prefix.append(prefix[-1] + c)
+  inf = float('inf')
+  # best[k][i]: minimal max-cell cost of the first i layers in k cells.
+  best = [[inf] * (n + 1) for _ in range(num_cells + 1)]
+  cut = [[0] * (n + 1) for _ in range(num_cells + 1)]
+  best[0][0] = 0.0
+  for k in range(1, num_cells + 1):
+    for i in range(k, n - (num_cells - k) + 1):
+      for j in range(k - 1, i):
+        cost = max(best[k - 1][j], prefix[i] - prefix[j])
+        if cost < best[k][i]:
+          best[k][i], cut[k][i] = cost, j
+  splits, i = [], n
+  for k in range(num_cells, 1, -1):
+    i = cut[k][i]
+    splits.append(i)
+  return sorted(splits)
+
+
+def CheckSplits(splits: Sequence[int], num_layers: int) -> List[int]:
+  """Validates manual split points such as [3, 7, 12] for 16 layers.
+
+  Raises:
+    ValueError: unless 0 < s_1 < s_2 < ... < num_layers.
+  """
+  splits = list(splits)
+  bounds = [0] + splits + [num_layers]
+  if any(a >= b for a, b in zip(bounds, bounds[1:])):
+    raise ValueError(
+        f'Split points {splits} for {num_layers} layers must be strictly '
+        f'increasing and within (0, {num_layers}); every cell needs at least '
+        'one layer.')
+  return splits
+
+
+def SplitLayers(layer_params: Sequence[Any],
+                splits: Sequence[int]) -> List[List[Any]]:
+  """Cuts the layer list at the split points into cells."""
+  bounds = [0] + list(splits) + [len(layer_params)]
+  return [list(layer_params[a:b]) for a, b in zip(bounds, bounds[1:])]
