@@ -147,7 +147,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         out, upd = self._runners[k].Forward(self._MicroTheta(thetas[k], m), x)
       cell_out[(k, m)] = out
       updates[k].append(upd)
-      last_op[k] = [t.op for t in tf.nest.flatten(out)]
+      last_op[k] = tf.nest.flatten(out)
     summed = []
     for k in range(self.num_cells):
       with tf.device(self.devices[k].name):
@@ -228,7 +228,7 @@ class PipeliningLayer(base_layer.BaseLayer):
               dtheta, dx = runner.Backward(
                   self._MicroTheta(cell_thetas[k], m), cell_in[(k, m)], dy)
           theta_grads[k].append(dtheta)
-          last_op[k] = [g.op for g in dtheta + dx if g is not None]
+          last_op[k] = [g for g in dtheta + dx if g is not None]
           if k > 0:
             grads_out[(k - 1, m)] = [
                 tf.zeros_like(x) if g is None else g

@@ -54,8 +54,12 @@ def Split(flat_inputs: Sequence[Any], num_micro_batches: int,
 
 
 def Concat(per_micro_batch: Sequence[Sequence[Any]], batch_dim: int) -> List[Any]:
-  """Concatenates per-micro-batch lists of tensors along batch_dim."""
-  return [tf.concat(list(column), axis=batch_dim) if column[0].shape.rank else
+  """Merges per-micro-batch lists of tensors: entries with the micro-batch
+  dimension are concatenated along batch_dim, others (e.g. per-micro-batch
+  loss terms) are summed."""
+  micro_size = BatchSize(per_micro_batch[0], batch_dim)
+  return [tf.concat(list(column), axis=batch_dim)
+          if HasBatchDim(column[0], micro_size, batch_dim) else
           tf.add_n(list(column)) for column in zip(*per_micro_batch)]
 
 

@@ -51,7 +51,8 @@ class DropoutLayer(base_layer.BaseLayer):
     if p.keep_prob == 1.0 or base_layer.IsEvalMode():
       return inputs
     full_shape = tf.shape(inputs)
-    broadcast = tf.constant([i in dims for i in range(inputs.shape.rank)])
+    broadcast = tf.constant([i in dims for i in range(inputs.shape.rank)],
+                            dtype=tf.bool)
     noise_shape = tf.where(broadcast, tf.ones_like(full_shape), full_shape)
     uniform = tf.random.stateless_uniform(noise_shape, self._MaskSeed(theta))
     keep = tf.cast(uniform < p.keep_prob, inputs.dtype)

@@ -24,12 +24,13 @@ def _CheckPositive(params: hyperparams.Params, *keys: str) -> None:
                        f'be positive, got {params.Get(key)}.')
 
 
-def _IntegerTensor(params: hyperparams.Params, what: str, value: Any) -> tf.Tensor:
+def _IntegerTensor(params: hyperparams.Params, what: str,
+                   value: Any) -> tf.Tensor:
   """`value` as a tensor; raises TypeError unless its dtype is an integer."""
   value = tf.convert_to_tensor(value)
   if not value.dtype.is_integer:
     raise TypeError(f'{params.cls.__name__} {params.name!r}: {what} must be '
-                    f'integer ids, got dtype {value.dtype.name}; cast them, '
+                    f'integer ids, got {value.dtype.name}; cast them, '
                     'e.g. with tf.cast(ids, tf.int32).')
   return value
 
@@ -119,7 +120,8 @@ class SoftmaxLayer(base_layer.BaseLayer):
     p = self.params
     _CheckSoftmaxParams(p)
     if not p.tie_with_embedding:
-      self.CreateVariable('w', weights.WeightParams([p.input_dim, p.num_classes]))
+      self.CreateVariable('w', weights.WeightParams(
+          [p.input_dim, p.num_classes]))
       self.CreateVariable('b', weights.WeightParams(
           [p.num_classes], init=weights.WeightInit.Constant(0.0)))
 
@@ -147,7 +149,8 @@ class SoftmaxLayer(base_layer.BaseLayer):
           f'emb=theta.embedding.emb), x, labels); got {got}.')
     return tf.einsum('...d,cd->...c', inputs, emb)
 
-  def FProp(self, theta: NestedMap, inputs: tf.Tensor, labels: Any) -> NestedMap:
+  def FProp(self, theta: NestedMap, inputs: tf.Tensor,
+            labels: Any) -> NestedMap:
     """Returns NestedMap(logits, log_probs, per_example_loss, loss).
 
     Args:

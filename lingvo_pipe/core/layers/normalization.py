@@ -152,9 +152,10 @@ class BatchNormLayer(base_layer.BaseLayer):
     super().__init__(params)
     p = self.params
     _CheckBatchNormParams(p)
+    statistic = ['non_trainable']
     for name, value, collections in (('gamma', 1.0, None), ('beta', 0.0, None),
-                                     ('moving_mean', 0.0, ['non_trainable']),
-                                     ('moving_variance', 1.0, ['non_trainable'])):
+                                     ('moving_mean', 0.0, statistic),
+                                     ('moving_variance', 1.0, statistic)):
       self.CreateVariable(name, weights.WeightParams(
           [p.dim], init=weights.WeightInit.Constant(value),
           collections=collections))

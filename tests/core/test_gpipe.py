@@ -1,0 +1,131 @@
+"""Transparency of PipeliningLayer: it equals the unpartitioned network."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import gpipe
+from lingvo_pipe.core.layers import containers
+
+from tests.core import pipeline_models as models
+
+RTOL, ATOL = 1e-5, 1e-6
+GRID = [(k, m) for k in (1, 2, 4, 8) for m in (1, 2, 4, 8, 16)]
+
+
+def _AssertClose(actual, expected):
+  np.testing.assert_allclose(np.asarray(actual), np.asarray(expected),
+                             rtol=RTOL, atol=ATOL)
+
+
+def _CheckTransparent(layers, input_shape, k, m, **kwargs):
+  pipe = models.Pipeline(layers, input_shape, k, m, **kwargs)
+  assert pipe.num_cells == k
+  x = tf.random.stateless_normal(input_shape, [k, m])
+  ref = models.SequentialReference(pipe, x, m, step=7)
+  y, loss, grads = models.TrainStep(pipe, step=7)(x)
+  _AssertClose(y, ref['y'])
+  _AssertClose(loss, ref['loss'])
+  assert len(grads) == len(ref['grads'])
+  for g, rg in zip(grads, ref['grads']):
+    _AssertClose(g, rg)
+  return pipe, ref
+
+
+@pytest.mark.parametrize('k,m', GRID)
+def test_convnet_with_batch_norm_and_dropout(k, m):
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe, ref = _CheckTransparent(layers, shape, k, m)
+  expected = models.ExpectedMovingAverages(pipe, ref['bn_inputs'])
+  assert len(expected) == 2
+  for cell in pipe.cells:
+    for layer in cell.sub:
+      if layer.path in expected:
+        mean, var = expected[layer.path]
+        _AssertClose(layer.moving_mean, mean)
+        _AssertClose(layer.moving_variance, var)
+
+
+@pytest.mark.parametrize('k,m', GRID)
+def test_ffn_with_dropout(k, m):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckTransparent(layers, shape, k, m)
+
+
+@pytest.mark.parametrize('remat', list(gpipe.RematPolicy))
+def test_every_remat_policy(remat):
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  _CheckTransparent(layers, shape, 4, 4, remat=remat)
+
+
+@pytest.mark.parametrize('m', [1, 4])
+def test_equals_separately_built_network_on_whole_batch(m):
+  """No dropout, no batch norm: micro-batching must not change anything,
+  so the pipeline equals an independently built Sequential network."""
+  layers, shape = models.FfnLayers(keep_prob=1.0)
+  pipe = models.Pipeline(layers, shape, 4, m)
+  ref = containers.SequentialLayer.Params().Set(name='ref', sub=layers).Instantiate()
+  for v_ref, v_pipe in zip(ref.trainable_variables, pipe.trainable_variables):
+    assert v_ref.shape == v_pipe.shape
+    v_ref.assign(v_pipe)
+  x = tf.random.stateless_normal(shape, [1, 2])
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    loss = models.Loss(ref(x))
+  ref_grads = tape.gradient(loss, list(ref.trainable_variables) + [x])
+  _, pipe_loss, grads = models.TrainStep(pipe, step=0)(x)
+  _AssertClose(pipe_loss, loss)
+  for g, rg in zip(grads, ref_grads):
+    _AssertClose(g, rg)
+
+
+def test_dropout_differs_across_micro_batches_and_steps():
+  layers, shape = models.FfnLayers(keep_prob=0.5)
+  pipe = models.Pipeline(layers, shape, 2, 2)
+  x = tf.ones(shape)
+  y_step1 = models.TrainStep(pipe, step=1)(x)[0].numpy()
+  y_step2 = models.TrainStep(pipe, step=2)(x)[0].numpy()
+  half = shape[0] // 2
+  assert not np.allclose(y_step1[:half], y_step1[half:])
+  assert not np.allclose(y_step1, y_step2)
+
+
+def test_eval_mode_is_forward_only_and_deterministic():
+  layers, shape = models.ConvNetLayers(keep_prob=0.5)
+  pipe = models.Pipeline(layers, shape, 2, 4)
+  ref = containers.SequentialLayer.Params().Set(name='ref', sub=layers).Instantiate()
+  for v_ref, v_pipe in zip(ref.variables, pipe.variables):
+    v_ref.assign(v_pipe)
+  x = tf.random.stateless_normal(shape, [3, 4])
+  with base_layer.EvalMode():
+    _AssertClose(pipe(x), ref(x))
+
+
+def test_tuple_inputs_split_and_broadcast():
+  """A batch entry is split, a non-batch entry reaches every micro-batch."""
+
+  class AddBias(base_layer.BaseLayer):
+
+    def FProp(self, theta, x, bias):
+      return x + bias, bias
+
+    @classmethod
+    def FPropMeta(cls, params, x_shape, bias_shape):
+      from lingvo_pipe.core import layer_meta
+      return layer_meta.LayerMeta((tf.TensorShape(x_shape), tf.TensorShape(bias_shape)))
+
+  layers = [AddBias.Params().Set(name=f'add{i}') for i in range(4)]
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=4,
+      input_shapes=[[8, 3], [3]]).Instantiate()
+  x, bias = tf.zeros([8, 3]), tf.constant([1., 2., 3.])
+  with tf.GradientTape() as tape:
+    tape.watch([x, bias])
+    y, b = pipe(x, bias)
+    loss = tf.reduce_sum(y)
+  _AssertClose(y, np.tile([4., 8., 12.], [8, 1]))
+  _AssertClose(b, 4 * bias.numpy())  # unsplit outputs are summed
+  dx, dbias = tape.gradient(loss, [x, bias])
+  _AssertClose(dx, np.ones([8, 3]))
+  _AssertClose(dbias, [32., 32., 32.])
