@@ -42,6 +42,7 @@ class CellRunner:
 
   def __init__(self, cell: base_layer.BaseLayer, device: str,
                remat: RematPolicy) -> None:
+    """The traced functions are named '<cell name>_forward' / '_backward'."""
     self.cell = cell
     self.device = device
     self.remat = remat
@@ -49,21 +50,34 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    self._forward = tf.function(self._Forward, autograph=False)
-    self._backward = tf.function(self._Backward, autograph=False)
+    self._forward = _NamedFunction(self._Forward, f'{cell.params.name}_forward')
+    self._backward = _NamedFunction(self._Backward, f'{cell.params.name}_backward')
 
   # --- called by the pipeline ---------------------------------------------
 
-  def Forward(self, theta: NestedMap, inputs: tuple) -> Tuple[tuple, NestedMap]:
-    """Returns (cell outputs as a tuple, additive statistics)."""
+  def Forward(self, theta: NestedMap, inputs: tuple, record: bool = False
+              ) -> Tuple[tuple, NestedMap, Optional[tf.GradientTape]]:
+    """Returns (cell outputs as a tuple, additive statistics, tape).
+
+    With `record` (RematPolicy.NONE) the tape holds this call's activations
+    for BackwardFromTape; it watches only this cell's theta and inputs, so
+    its gradient stops at the cell boundary. Otherwise the tape is None.
+    """
     self.theta_structure = theta
     self.in_structure = inputs
+    flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
+    tape = None
     with tf.device(self.device):
-      flat = self._forward(tf.nest.flatten(theta), tf.nest.flatten(inputs))
+      if record:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+          tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
+          flat = self._forward(flat_theta, flat_in)
+      else:
+        flat = self._forward(flat_theta, flat_in)
     num_out = len(tf.nest.flatten(self.out_structure))
     outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
-    return outputs, updates
+    return outputs, updates, tape
 
   def Backward(self, theta: NestedMap, inputs: tuple,
                output_grads: tuple) -> Tuple[List[Any], List[Any]]:
@@ -140,6 +154,16 @@ class CellRunner:
     out = [next(it) if IsDifferentiable(x) else None
            for x in flat_theta + flat_in]
     return out[:len(flat_theta)], out[len(flat_theta):]
+
+
+def _NamedFunction(method, name: str):
+  """A tf.function of `method` whose graph functions carry `name`."""
+
+  def Body(*args):
+    return method(*args)
+
+  Body.__name__ = name
+  return tf.function(Body, autograph=False)
 
 
 def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,

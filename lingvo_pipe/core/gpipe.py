@@ -125,12 +125,13 @@ class PipeliningLayer(base_layer.BaseLayer):
       return theta
     return base_layer.WithStepSeed(theta, seeds[0] + tf.constant([0, m], tf.int64))
 
-  def _RunForward(self, thetas: List[NestedMap],
-                  micro_inputs: List[tuple]) -> Tuple[Dict, Dict, List[NestedMap]]:
+  def _RunForward(self, thetas: List[NestedMap], micro_inputs: List[tuple],
+                  record: bool = False) -> Tuple[Dict, Dict, List[NestedMap]]:
     """Forward of every (cell, micro-batch) in schedule order.
 
-    Returns the inputs and outputs per (k, m) and per cell the statistics
-    summed over micro-batches (on the cell's device).
+    Returns the inputs and outputs per (k, m), with `record` also the tape of
+    each (k, m) under key ('tape', k, m), and per cell the statistics summed
+    over micro-batches (on the cell's device).
     """
     p = self.params
     num_micro = len(micro_inputs)
@@ -144,7 +145,10 @@ class PipeliningLayer(base_layer.BaseLayer):
       x = micro_inputs[m] if k == 0 else cell_out[(k - 1, m)]
       cell_in[(k, m)] = x
       with tf.control_dependencies(last_op.get(k, [])):
-        out, upd = self._runners[k].Forward(self._MicroTheta(thetas[k], m), x)
+        out, upd, tape = self._runners[k].Forward(
+            self._MicroTheta(thetas[k], m), x, record)
+      if record:
+        cell_in[('tape', k, m)] = tape
       cell_out[(k, m)] = out
       updates[k].append(upd)
       last_op[k] = tf.nest.flatten(out)
@@ -187,17 +191,11 @@ class PipeliningLayer(base_layer.BaseLayer):
       ins = args[offsets[0]:offsets[1]]
       cell_thetas = [tf.nest.pack_sequence_as(thetas[k], args[offsets[k + 1]:offsets[k + 2]])
                      for k in range(self.num_cells)]
-      tape = tf.GradientTape(persistent=True, watch_accessed_variables=False)
-      record = p.remat == RematPolicy.NONE
-      if record:  # keep every activation: the backward reads this tape
-        tape.__enter__()
-        tape.watch([a for a in args if cell_runner.IsDifferentiable(a)])
+      record = p.remat == RematPolicy.NONE  # keep all activations on tapes
       with tf.device(self.devices[0].name):
         rows = micro_batch.Split(ins, num_micro, p.batch_dim)
       micro = [tuple(tf.nest.pack_sequence_as(inputs, r)) for r in rows]
-      cell_in, cell_out, summed = self._RunForward(cell_thetas, micro)
-      if record:
-        tape.__exit__(None, None, None)
+      cell_in, cell_out, summed = self._RunForward(cell_thetas, micro, record)
       outputs = self._MergeOutputs(cell_out, num_micro)
       state['updates'] = summed
       flat_out = tf.nest.flatten(outputs)
@@ -222,7 +220,7 @@ class PipeliningLayer(base_layer.BaseLayer):
           with tf.control_dependencies(last_op.get(k, [])):
             if record:
               dtheta, dx = runner.BackwardFromTape(
-                  tape, self._MicroTheta(cell_thetas[k], m), cell_in[(k, m)],
+                  cell_in[('tape', k, m)], self._MicroTheta(cell_thetas[k], m), cell_in[(k, m)],
                   cell_out[(k, m)], dy)
             else:
               dtheta, dx = runner.Backward(

@@ -72,7 +72,8 @@ class MultiHeadedAttention(base_layer.BaseLayer):
                      causal: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
     """As FProp; returns (output [B, T, D], probabilities [B, N, T, S])."""
     p = self.params
-    _CheckLastDim(p, query_vec=query_vec, key_vec=key_vec, value_vec=value_vec)
+    _CheckLastDim(p, query_vec=query_vec.shape, key_vec=key_vec.shape,
+                  value_vec=value_vec.shape)
     _, h = _Dims(p)
     q = _SplitHeads(_Project(query_vec, theta.query_w, theta.query_b),
                     p.num_heads)
@@ -104,7 +105,8 @@ class MultiHeadedAttention(base_layer.BaseLayer):
     d, h = _Dims(params)
     query_shape = tf.TensorShape(query_shape)
     key_shape = tf.TensorShape(query_shape if key_shape is None else key_shape)
-    value_shape = tf.TensorShape(key_shape if value_shape is None else value_shape)
+    value_shape = tf.TensorShape(
+        key_shape if value_shape is None else value_shape)
     _CheckLastDim(params, query_vec=query_shape, key_vec=key_shape,
                   value_vec=value_shape)
     q_rows = layer_meta.NumElements(query_shape[:-1])
@@ -114,12 +116,13 @@ class MultiHeadedAttention(base_layer.BaseLayer):
                    + q_rows * (2 * h * d + d))
     flops = (projections + q_rows * h + 2 * 2 * logits * (h // params.num_heads)
              + _SOFTMAX_FLOPS_PER_LOGIT * logits)
-    dtype = params.fprop_dtype or params.dtype
+    act_dtype = tf.as_dtype(params.fprop_dtype or params.dtype)
     act_elements = (q_rows + 2 * kv_rows) * h + 2 * logits + q_rows * (h + d)
+    num_params = 3 * (d * h + h) + h * d + d
     return layer_meta.LayerMeta(
         out_shapes=(query_shape,), flops=flops,
-        param_bytes=(3 * (d * h + h) + h * d + d) * tf.as_dtype(params.dtype).size,
-        act_bytes=act_elements * tf.as_dtype(dtype).size)
+        param_bytes=num_params * tf.as_dtype(params.dtype).size,
+        act_bytes=act_elements * act_dtype.size)
 
 
 def _Dims(params: hyperparams.Params) -> Tuple[int, int]:
@@ -137,9 +140,10 @@ def _Dims(params: hyperparams.Params) -> Tuple[int, int]:
   return d, h
 
 
-def _CheckLastDim(params: hyperparams.Params, **inputs: Any) -> None:
-  for name, x in inputs.items():
-    shape = x if isinstance(x, tf.TensorShape) else x.shape
+def _CheckLastDim(params: hyperparams.Params, **shapes: Any) -> None:
+  """Raises ValueError unless each named shape is [batch, time, input_dim]."""
+  for name, shape in shapes.items():
+    shape = tf.TensorShape(shape)
     if shape.rank is None:
       continue
     if shape.rank != 3 or shape[-1] not in (None, params.input_dim):
@@ -161,7 +165,7 @@ def _SplitHeads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
 
 def _AllowedMask(paddings: Optional[tf.Tensor], causal: bool, t: tf.Tensor,
                  s: tf.Tensor) -> Optional[tf.Tensor]:
-  """Boolean mask broadcastable to [B, N, T, S]: True where a query may attend."""
+  """Bools broadcastable to [B, N, T, S]: True where a query may attend."""
   allowed = None
   if paddings is not None:
     allowed = (paddings < 0.5)[:, tf.newaxis, tf.newaxis, :]
