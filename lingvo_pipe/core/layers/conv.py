@@ -12,6 +12,7 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.nested_map import NestedMap
 
 Activation = activations.Activation
@@ -161,7 +162,7 @@ class _BaseConv2DLayer(base_layer.BaseLayer):
         filter_shape[2], or a VALID window is larger than the input.
     """
     p = self.params
-    what = f'{type(self).__name__} {p.name!r}'
+    what = f'{type(self).__name__} {self.path!r}'
     shape = CheckNHWC(what, inputs.shape, p.filter_shape[2])
     SpatialOutputShape(what, shape, p.filter_shape[:2], p.filter_stride,
                        p.padding, self.OutChannels(p))
@@ -175,31 +176,15 @@ class _BaseConv2DLayer(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
                 input_shape: Any) -> layer_meta.LayerMeta:
-    """Costs: 2 flops a multiply-add of the filter at every output position
-    (2 * N * out_h * out_w * prod(filter_shape)), 1 flop an output element
-    for the bias and the activation's; each step produces one output-sized
-    tensor."""
+    """Costs (see linear.AffineMeta): 2 * N * out_h * out_w *
+    prod(filter_shape) flops for the convolution, plus the bias and the
+    activation."""
     what = _CheckConvParams(cls, params)
     shape = CheckNHWC(what, input_shape, params.filter_shape[2])
     out_shape = SpatialOutputShape(what, shape, params.filter_shape[:2],
                                    params.filter_stride, params.padding,
                                    cls.OutChannels(params))
-    outputs = layer_meta.NumElements(out_shape)
-    positions = outputs // out_shape[3]
-    num_params = math.prod(params.filter_shape)
-    flops = 2 * positions * num_params
-    produced = outputs
-    if params.has_bias:
-      num_params += out_shape[3]
-      flops += outputs
-      produced += outputs
-    act_dtype = params.fprop_dtype or params.dtype
-    conv = layer_meta.LayerMeta(
-        out_shapes=(out_shape,), flops=flops,
-        param_bytes=num_params * params.dtype.size,
-        act_bytes=produced * act_dtype.size)
-    return conv + activations.ActivationMeta(params.activation, out_shape,
-                                             act_dtype)
+    return linear.AffineMeta(params, out_shape, math.prod(params.filter_shape))
 
 
 class Conv2DLayer(_BaseConv2DLayer):

@@ -24,20 +24,57 @@ def _CheckDims(params: hyperparams.Params) -> None:
                               f'ProjectionLayer {params.name!r}')
 
 
-def _CheckInputShape(params: hyperparams.Params, shape: Any) -> tf.TensorShape:
+def _CheckInputShape(name: str, input_dim: int, shape: Any) -> tf.TensorShape:
   """Checks what is statically known of an input shape; returns it."""
   shape = tf.TensorShape(shape)
   if shape.rank is None:
     return shape
   if shape.rank < 2:
-    raise ValueError(f'ProjectionLayer {params.name!r} needs inputs of rank >= 2 '
-                     f'([..., input_dim={params.input_dim}]), got shape {shape}.')
-  if shape[-1] is not None and shape[-1] != params.input_dim:
-    raise ValueError(f'ProjectionLayer {params.name!r}: the input\'s last dim '
+    raise ValueError(f'ProjectionLayer {name!r} needs inputs of rank >= 2 '
+                     f'([..., input_dim={input_dim}]), got shape {shape}.')
+  if shape[-1] is not None and shape[-1] != input_dim:
+    raise ValueError(f'ProjectionLayer {name!r}: the input\'s last dim '
                      f'({shape[-1]}, shape {shape}) differs from input_dim '
-                     f'({params.input_dim}); set p.input_dim = {shape[-1]} or '
-                     'fix the input.')
+                     f'({input_dim}); set input_dim = {shape[-1]} or fix the '
+                     'input.')
   return shape
+
+
+def AffineMeta(params: hyperparams.Params, out_shape: tf.TensorShape,
+               num_weights: int) -> layer_meta.LayerMeta:
+  """Cost of activation(x * w + b) where every output position (all dims of
+  `out_shape` but the last) does one multiply-add with each weight.
+
+  Counts 2 flops a multiply-add; if params.has_bias, 1 flop an output element
+  for the bias; then the cost of params.activation (activations.
+  ActivationMeta). The product, the biased sum and the activation each
+  produce one tensor of `out_shape`. Parameters: `num_weights` plus, with a
+  bias, out_shape[-1].
+
+  Args:
+    params: layer params with has_bias, activation, dtype and fprop_dtype.
+    out_shape: the fully defined output shape.
+    num_weights: the number of weights (not counting the bias).
+
+  Returns:
+    The LayerMeta of the layer.
+  """
+  outputs = layer_meta.NumElements(out_shape)
+  positions = outputs // out_shape[-1]
+  num_params = num_weights
+  flops = 2 * positions * num_weights
+  produced = outputs
+  if params.has_bias:
+    num_params += out_shape[-1]
+    flops += outputs
+    produced += outputs
+  act_dtype = params.fprop_dtype or params.dtype
+  affine = layer_meta.LayerMeta(
+      out_shapes=(out_shape,), flops=flops,
+      param_bytes=num_params * params.dtype.size,
+      act_bytes=produced * act_dtype.size)
+  return affine + activations.ActivationMeta(params.activation, out_shape,
+                                             act_dtype)
 
 
 class ProjectionLayer(base_layer.BaseLayer):
@@ -72,7 +109,7 @@ class ProjectionLayer(base_layer.BaseLayer):
       ValueError: if the static rank is < 2 or the last dim is not input_dim.
     """
     p = self.params
-    _CheckInputShape(p, inputs.shape)
+    _CheckInputShape(self.path, p.input_dim, inputs.shape)
     out = tf.einsum('...i,io->...o', inputs, tf.cast(theta.w, self.fprop_dtype))
     if p.has_bias:
       out += tf.cast(theta.b, self.fprop_dtype)
@@ -81,27 +118,12 @@ class ProjectionLayer(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
                 input_shape: Any) -> layer_meta.LayerMeta:
-    """Costs: the matmul (2 flops a multiply-add), the bias add (1 flop an
-    element) and the activation; each step produces one output-sized tensor."""
+    """Costs (see AffineMeta): 2 * rows * input_dim * output_dim flops for
+    the matmul, plus the bias and the activation."""
     _CheckDims(params)
-    shape = _CheckInputShape(params, input_shape)
-    rows = layer_meta.NumElements(shape[:-1])
+    shape = _CheckInputShape(params.name, params.input_dim, input_shape)
     out_shape = shape[:-1].concatenate([params.output_dim])
-    outputs = rows * params.output_dim
-    num_params = params.input_dim * params.output_dim
-    flops = 2 * rows * params.input_dim * params.output_dim
-    produced = outputs
-    if params.has_bias:
-      num_params += params.output_dim
-      flops += outputs
-      produced += outputs
-    act_dtype = params.fprop_dtype or params.dtype
-    affine = layer_meta.LayerMeta(
-        out_shapes=(out_shape,), flops=flops,
-        param_bytes=num_params * params.dtype.size,
-        act_bytes=produced * act_dtype.size)
-    return affine + activations.ActivationMeta(params.activation, out_shape,
-                                               act_dtype)
+    return AffineMeta(params, out_shape, params.input_dim * params.output_dim)
 
 
 class FeedForwardLayer(base_layer.BaseLayer):

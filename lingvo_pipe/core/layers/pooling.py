@@ -62,7 +62,7 @@ class PoolingLayer(base_layer.BaseLayer):
     """
     del theta  # No variables.
     p = self.params
-    what = f'{type(self).__name__} {p.name!r}'
+    what = f'{type(self).__name__} {self.path!r}'
     shape = conv.CheckNHWC(what, inputs.shape)
     conv.SpatialOutputShape(what, shape, p.window_shape, p.window_stride,
                             p.padding, shape[3])
@@ -111,7 +111,7 @@ class GlobalPoolingLayer(base_layer.BaseLayer):
     """
     del theta  # No variables.
     p = self.params
-    conv.CheckNHWC(f'GlobalPoolingLayer {p.name!r}', inputs.shape)
+    conv.CheckNHWC(f'GlobalPoolingLayer {self.path!r}', inputs.shape)
     reduce = (tf.reduce_max
               if p.pooling_type == PoolingType.MAX else tf.reduce_mean)
     return reduce(inputs, axis=[1, 2])
