@@ -1,4 +1,5 @@
-"""Small models for pipeline tests and an independent sequential reference."""
+"""Small models for pipeline tests and a sequential reference without the
+pipeline machinery."""
 
 from typing import Any, Dict, List, Tuple
 
@@ -7,6 +8,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import gpipe
+from lingvo_pipe.core import gpipe_stacks
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import conv
 from lingvo_pipe.core.layers import dropout
@@ -50,27 +52,55 @@ def Pipeline(layers, input_shape, k, m, **kwargs) -> gpipe.PipeliningLayer:
       input_shapes=[input_shape], **kwargs).Instantiate()
 
 
-def Loss(y: tf.Tensor) -> tf.Tensor:
-  return tf.reduce_mean(tf.square(y))
+def TransformerStackPipeline(k: int, m: int, **pipeline_kwargs) -> gpipe.PipeliningLayer:
+  """The pipeline of a small GPipe Transformer LM with dropout: embedding,
+  six layers, softmax (8 layers)."""
+  p = gpipe_stacks.GPipeTransformerStack.Params().Set(
+      name='lm', vocab_size=16, model_dim=8, num_heads=2, hidden_dim=16,
+      num_layers=6, batch_size=BATCH, seq_len=4, residual_keep_prob=0.8,
+      label_smoothing=0.1)
+  p.pipeline.Set(num_partitions=k, num_micro_batches=m, **pipeline_kwargs)
+  return gpipe_stacks.GPipeTransformerStack.PipelineParams(p).Instantiate()
+
+
+def TransformerInputs(seed: int) -> Tuple[tf.Tensor, ...]:
+  ids = tf.random.stateless_uniform([BATCH, 4], [seed, 0], 0, 16, tf.int32)
+  paddings = tf.cast(tf.range(4)[None, :] >= tf.range(BATCH)[:, None] % 4 + 1,
+                     tf.float32)
+  labels = tf.random.stateless_uniform([BATCH, 4], [seed, 1], 0, 16, tf.int32)
+  return ids, paddings, labels
+
+
+def Loss(outputs: Any) -> tf.Tensor:
+  """Mean of squared outputs; the stack's weighted cross entropy."""
+  if isinstance(outputs, tuple):
+    _, per_token, weights = outputs
+    return gpipe_stacks.WeightedLoss(per_token, weights)
+  return tf.reduce_mean(tf.square(outputs))
+
+
+def _FloatInputs(inputs: tuple) -> List[tf.Tensor]:
+  return [x for x in inputs if x.dtype.is_floating]
 
 
 def TrainStep(pipe: gpipe.PipeliningLayer, step: int):
-  """A tf.function: (outputs, loss, grads of trainable vars and inputs)."""
+  """A tf.function of the inputs: (outputs, loss, grads of the trainable
+  variables and the float inputs)."""
   variables = list(pipe.trainable_variables)
 
   @tf.function(autograph=False)
-  def Step(x):
+  def Step(*inputs):
     with tf.GradientTape() as tape:
-      tape.watch(x)
+      tape.watch(_FloatInputs(inputs))
       theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
-      y = pipe.FProp(theta, x)
-      loss = Loss(y)
-    return y, loss, tape.gradient(loss, variables + [x])
+      outputs = pipe.FProp(theta, *inputs)
+      loss = Loss(outputs)
+    return outputs, loss, tape.gradient(loss, variables + _FloatInputs(inputs))
 
   return Step
 
 
-def SequentialReference(pipe: gpipe.PipeliningLayer, x: tf.Tensor, num_micro: int,
+def SequentialReference(pipe: gpipe.PipeliningLayer, inputs: tuple, num_micro: int,
                         step: int) -> Dict[str, Any]:
   """The network without the pipeline: every layer of every cell applied in
   order to each micro-batch (step seed [step, m], batch norm on the
@@ -78,21 +108,23 @@ def SequentialReference(pipe: gpipe.PipeliningLayer, x: tf.Tensor, num_micro: in
   variables = list(pipe.trainable_variables)
   bn_inputs: Dict[str, List[np.ndarray]] = {}
   with tf.GradientTape() as tape:
-    tape.watch(x)
+    tape.watch(_FloatInputs(inputs))
     outs = []
-    for m, xm in enumerate(tf.split(x, num_micro)):
-      h = xm
+    for m, micro in enumerate(zip(*[tf.split(x, num_micro) for x in inputs])):
+      h = tuple(micro)
       for cell in pipe.cells:
         for layer in cell.sub:
-          if isinstance(layer, normalization.BatchNormLayer):
-            bn_inputs.setdefault(layer.path, []).append(h.numpy())
+          inner = layer.body if isinstance(layer, gpipe_stacks.CarryLayer) else layer
+          if isinstance(inner, normalization.BatchNormLayer):
+            bn_inputs.setdefault(inner.path, []).append(h[0].numpy())
           theta = base_layer.WithStepSeed(layer.theta, [step, m])
-          h = layer.FProp(theta, h)
+          h = containers.AsTuple(layer.FProp(theta, *h))
       outs.append(h)
-    y = tf.concat(outs, 0)
+    y = tuple(tf.concat(column, 0) for column in zip(*outs))
+    y = y[0] if len(y) == 1 else y
     loss = Loss(y)
-  return dict(y=y, loss=loss, grads=tape.gradient(loss, variables + [x]),
-              bn_inputs=bn_inputs)
+  grads = tape.gradient(loss, variables + _FloatInputs(inputs))
+  return dict(y=y, loss=loss, grads=grads, bn_inputs=bn_inputs)
 
 
 def ExpectedMovingAverages(pipe, bn_inputs) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:

@@ -15,22 +15,27 @@ GRID = [(k, m) for k in (1, 2, 4, 8) for m in (1, 2, 4, 8, 16)]
 
 
 def _AssertClose(actual, expected):
-  np.testing.assert_allclose(np.asarray(actual), np.asarray(expected),
+  np.testing.assert_allclose(tf.convert_to_tensor(actual).numpy(),
+                             tf.convert_to_tensor(expected).numpy(),
                              rtol=RTOL, atol=ATOL)
 
 
 def _CheckTransparent(layers, input_shape, k, m, **kwargs):
   pipe = models.Pipeline(layers, input_shape, k, m, **kwargs)
-  assert pipe.num_cells == k
   x = tf.random.stateless_normal(input_shape, [k, m])
-  ref = models.SequentialReference(pipe, x, m, step=7)
-  y, loss, grads = models.TrainStep(pipe, step=7)(x)
-  _AssertClose(y, ref['y'])
+  return pipe, _CheckPipeline(pipe, (x,), k, m)
+
+
+def _CheckPipeline(pipe, inputs, k, m):
+  assert pipe.num_cells == k
+  ref = models.SequentialReference(pipe, inputs, m, step=7)
+  y, loss, grads = models.TrainStep(pipe, step=7)(*inputs)
+  tf.nest.map_structure(_AssertClose, y, ref['y'])
   _AssertClose(loss, ref['loss'])
   assert len(grads) == len(ref['grads'])
   for g, rg in zip(grads, ref['grads']):
     _AssertClose(g, rg)
-  return pipe, ref
+  return ref
 
 
 @pytest.mark.parametrize('k,m', GRID)
@@ -45,6 +50,12 @@ def test_convnet_with_batch_norm_and_dropout(k, m):
         mean, var = expected[layer.path]
         _AssertClose(layer.moving_mean, mean)
         _AssertClose(layer.moving_variance, var)
+
+
+@pytest.mark.parametrize('k,m', GRID)
+def test_transformer_stack_with_dropout(k, m):
+  pipe = models.TransformerStackPipeline(k, m)
+  _CheckPipeline(pipe, models.TransformerInputs(seed=k * 100 + m), k, m)
 
 
 @pytest.mark.parametrize('k,m', GRID)
