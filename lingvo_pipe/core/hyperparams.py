@@ -197,7 +197,8 @@ class Params:
 
     Raises:
       ValueError: on a malformed line (its number and text are named).
-      AttributeError: on an unknown key.
+      AttributeError: on an unknown key (its line is named).
+      TypeError: on a value of the wrong type (its line is named).
     """
     for lineno, line in enumerate(text.splitlines(), 1):
       line = line.strip()
@@ -208,18 +209,23 @@ class Params:
         raise ValueError(f'Line {lineno} of params text is not "key : value": '
                          f'{line!r}')
       try:
-        value = params_text.Decode(value_text.strip())
-      except ValueError as e:
-        raise ValueError(f'Line {lineno} of params text ({line!r}): {e}') from None
-      self.Set(**{key.strip(): value})
+        self.Set(**{key.strip(): params_text.Decode(value_text.strip())})
+      except (ValueError, AttributeError, TypeError) as e:
+        raise type(e)(f'Line {lineno} of params text ({line!r}): {e}') from None
     return self
 
   def _FlatItems(self, prefix: str) -> Iterator[Tuple[str, Any]]:
-    for name, value in self.IterParams():
-      if isinstance(value, Params):
-        yield from value._FlatItems(f'{prefix}{name}.')
+    """Yields the (dotted key, value) pairs of ToText.
+
+    Nested Params become dotted keys only where fresh params hold Params of
+    the same keys, so FromText can set them key by key; other Params (e.g. in
+    a slot whose default is None) are written whole.
+    """
+    for name, param in self._params.items():
+      if _HasSameKeys(param.default, param.value):
+        yield from param.value._FlatItems(f'{prefix}{name}.')
       else:
-        yield f'{prefix}{name}', value
+        yield f'{prefix}{name}', param.value
 
   # --- comparisons and printing ------------------------------------------
 
@@ -281,6 +287,11 @@ class Params:
     if self.__dict__['_frozen']:
       raise TypeError(f'Params are frozen; cannot change {name!r}. '
                       'Use Copy() to get a mutable copy.')
+
+
+def _HasSameKeys(default: Any, value: Any) -> bool:
+  return (isinstance(default, Params) and type(value) is type(default) and
+          value.GetKeys() == default.GetKeys())
 
 
 def _NestedParams(value: Any) -> Iterator[Params]:

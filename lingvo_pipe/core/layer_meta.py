@@ -26,6 +26,8 @@ class LayerMeta:
 
   def __add__(self, other: 'LayerMeta') -> 'LayerMeta':
     """Sums costs; the output shapes are `other`'s (the later layer's)."""
+    if not isinstance(other, LayerMeta):
+      return NotImplemented
     return LayerMeta(other.out_shapes, self.flops + other.flops,
                      self.param_bytes + other.param_bytes,
                      self.act_bytes + other.act_bytes)

@@ -6,7 +6,6 @@ import re
 from typing import Any, Callable, Iterator, List, Tuple
 
 _KEY_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-_RESERVED = frozenset(dir(dict))
 
 
 class NestedMap(dict):
@@ -24,6 +23,17 @@ class NestedMap(dict):
   def __setitem__(self, key: str, value: Any) -> None:
     _CheckKey(key)
     super().__setitem__(key, value)
+
+  def update(self, *args: Any, **kwargs: Any) -> None:
+    """dict.update that checks every key."""
+    for key, value in dict(*args, **kwargs).items():
+      self[key] = value
+
+  def setdefault(self, key: str, default: Any = None) -> Any:
+    """dict.setdefault that checks the key."""
+    if key not in self:
+      self[key] = default
+    return self[key]
 
   def __getattr__(self, name: str) -> Any:
     try:
@@ -80,7 +90,8 @@ class NestedMap(dict):
 
   def Filter(self, fn: Callable[[Any], bool]) -> 'NestedMap':
     """Returns the sub-tree of leaves for which fn(leaf) is true."""
-    return _Filter(self, fn) or NestedMap()
+    kept = _Filter(self, fn)
+    return NestedMap() if kept is _DROPPED else kept
 
   def GetItem(self, dotted_key: str) -> Any:
     """Returns the value at 'a.b.c'."""
@@ -94,11 +105,16 @@ class NestedMap(dict):
     return [k for k, _ in self.FlattenItems()] == [k for k, _ in other.FlattenItems()]
 
 
+# Keys that would be shadowed by (or shadow) dict and NestedMap attributes.
+_RESERVED = frozenset(dir(NestedMap))
+
+
 def _CheckKey(key: Any) -> None:
   if not isinstance(key, str) or not _KEY_RE.match(key):
     raise ValueError(f'NestedMap key {key!r} is not a valid identifier.')
   if key in _RESERVED:
-    raise ValueError(f'NestedMap key {key!r} is reserved (a dict method name).')
+    raise ValueError(f'NestedMap key {key!r} is reserved (the name of a dict '
+                     'or NestedMap attribute); choose another key.')
 
 
 def _FlattenItems(value: Any, prefix: str) -> Iterator[Tuple[str, Any]]:
@@ -119,22 +135,37 @@ def _Pack(structure: Any, it: Iterator[Any]) -> Any:
       packed[key] = _Pack(structure[key], it)
     return packed
   if isinstance(structure, (list, tuple)):
-    items = [_Pack(v, it) for v in structure]
-    return type(structure)(items) if isinstance(structure, tuple) else items
+    return _Rebuild(structure, [_Pack(v, it) for v in structure])
   return next(it)
 
 
+def _Rebuild(structure: Any, items: List[Any]) -> Any:
+  """A list, tuple or namedtuple of the type of `structure` holding items."""
+  if isinstance(structure, list):
+    return items
+  if hasattr(structure, '_fields'):
+    return type(structure)(*items)
+  return type(structure)(items)
+
+
+# What _Filter returns for a sub-tree with nothing kept (None is a leaf value).
+_DROPPED = object()
+
+
 def _Filter(value: Any, fn: Callable[[Any], bool]) -> Any:
-  """Returns the filtered sub-tree, or None when nothing is kept."""
+  """Returns the filtered sub-tree, or _DROPPED when nothing is kept."""
   if isinstance(value, dict):
     kept = NestedMap()
     for key in sorted(value):
       sub = _Filter(value[key], fn)
-      if sub is not None:
+      if sub is not _DROPPED:
         kept[key] = sub
-    return kept if kept else None
+    return kept if kept else _DROPPED
   if isinstance(value, (list, tuple)):
-    kept_list = [s for s in (_Filter(v, fn) for v in value) if s is not None]
-    return type(value)(kept_list) if kept_list else None
-  return value if fn(value) else None
-
+    kept_list = [s for s in (_Filter(v, fn) for v in value) if s is not _DROPPED]
+    if not kept_list:
+      return _DROPPED
+    if hasattr(value, '_fields') and len(kept_list) < len(value):
+      return tuple(kept_list)  # A namedtuple missing fields is a plain tuple.
+    return _Rebuild(value, kept_list)
+  return value if fn(value) else _DROPPED

@@ -70,7 +70,6 @@ def Decode(text: str) -> Any:
 
 
 def _Decode(node: ast.AST, text: str) -> Any:
-  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
   if isinstance(node, ast.Constant):
     return node.value
   if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -87,28 +86,42 @@ def _Decode(node: ast.AST, text: str) -> Any:
   if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
       not node.keywords):
     args = [_Decode(a, text) for a in node.args]
-    fn = node.func.id
-    if fn == 'dtype' and len(args) == 1:
-      return tf.as_dtype(args[0])
-    if fn == 'float' and len(args) == 1 and isinstance(args[0], str):
-      return float(args[0])
-    if fn == 'cls' and len(args) == 1:
-      return hyperparams.ImportByPath(args[0])
-    if fn == 'enum' and len(args) == 2:
-      return hyperparams.ImportByPath(args[0])[args[1]]
-    if fn == 'params' and len(args) == 2:
-      return _DecodeParams(args[0], args[1])
+    try:
+      return _DecodeCall(node.func.id, args)
+    except (TypeError, KeyError, AttributeError) as e:
+      raise ValueError(f'cannot decode {ast.unparse(node)!r}: {e}') from None
   raise ValueError(f'unsupported value syntax in {text!r}: '
                    f'{ast.unparse(node)!r}')
 
 
+def _DecodeCall(fn: str, args: list) -> Any:
+  """Builds the value of one call of the grammar, e.g. dtype('float32')."""
+  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
+  if fn == 'dtype' and len(args) == 1:
+    return tf.as_dtype(args[0])
+  if fn == 'float' and len(args) == 1 and isinstance(args[0], str):
+    return float(args[0])
+  if fn == 'cls' and len(args) == 1:
+    return hyperparams.ImportByPath(args[0])
+  if fn == 'enum' and len(args) == 2:
+    return hyperparams.ImportByPath(args[0])[args[1]]
+  if fn == 'params' and len(args) == 2:
+    return _DecodeParams(args[0], args[1])
+  raise ValueError(f'unsupported call {fn}() with {len(args)} argument(s); '
+                   'see the grammar in the params_text module docstring.')
+
+
 def _DecodeParams(cls_path: Any, items: dict) -> Any:
+  """Returns cls.Params() set from `items`, or (for no class or a class
+  without Params()) Params that define the keys of `items`."""
   from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
   if cls_path is None:
     p = hyperparams.Params()
-    for key, value in items.items():
-      p.Define(key, value, '')
-    return p
-  cls = hyperparams.ImportByPath(cls_path)
-  p = cls.Params() if hasattr(cls, 'Params') else hyperparams.InstantiableParams(cls)
-  return p.Set(**items)
+  else:
+    cls = hyperparams.ImportByPath(cls_path)
+    if hasattr(cls, 'Params'):
+      return cls.Params().Set(**items)
+    p = hyperparams.InstantiableParams(cls)
+  for key, value in items.items():
+    p.Define(key, value, '')
+  return p

@@ -9,6 +9,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
+from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.nested_map import NestedMap
 
 # FLOPs per logit after the projection: log-softmax (max, subtract, exp, sum,
@@ -138,7 +139,7 @@ class SoftmaxLayer(base_layer.BaseLayer):
                        f'{inputs.shape} do not end in p.input_dim = '
                        f'{p.input_dim}.')
     if not p.tie_with_embedding:
-      return tf.einsum('...d,dc->...c', inputs, theta.w) + theta.b
+      return linear.ProjectLastDim(inputs, theta.w) + theta.b
     emb = theta.get('emb')
     expected = [p.num_classes, p.input_dim]
     if emb is None or emb.shape != expected:
@@ -147,7 +148,7 @@ class SoftmaxLayer(base_layer.BaseLayer):
           f'SoftmaxLayer {p.name!r} is tied to an embedding: pass its matrix '
           f'{expected} as theta.emb, e.g. softmax.FProp(NestedMap('
           f'emb=theta.embedding.emb), x, labels); got {got}.')
-    return tf.einsum('...d,cd->...c', inputs, emb)
+    return linear.ProjectLastDim(inputs, emb, transpose_w=True)
 
   def FProp(self, theta: NestedMap, inputs: tf.Tensor,
             labels: Any) -> NestedMap:

@@ -1,0 +1,1 @@
+"""Benchmark programs; each prints JSON."""

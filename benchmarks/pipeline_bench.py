@@ -1,0 +1,121 @@
+"""Benchmarks one training step of a standard workload; prints one JSON object.
+
+One configuration per process (TensorFlow's allocator peak and thread pools
+are per process). Loss = mean of squared outputs, plain SGD, fp32.
+
+  python -m benchmarks.pipeline_bench --workload=ffn --k=4 --m=4
+  python -m benchmarks.pipeline_bench --workload=ffn --baseline
+"""
+
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import tensorflow as tf
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum('workload', 'ffn', ['ffn', 'transformer', 'transformer-act'],
+                  'A workload of shared/BENCHMARKS.md.')
+flags.DEFINE_integer('k', 1, 'Cells (devices).')
+flags.DEFINE_integer('m', 1, 'Micro-batches.')
+flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
+                  'Rematerialization policy.')
+flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
+flags.DEFINE_integer('steps', 10, 'Measured steps.')
+flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')
+flags.DEFINE_integer('intra_op_threads', 0, 'Intra-op threads (0: TF default).')
+flags.DEFINE_integer('inter_op_threads', 0, 'Inter-op threads (0: TF default).')
+flags.DEFINE_integer('num_layers', 0, 'Override the workload\'s L (0: keep).')
+flags.DEFINE_float('learning_rate', 1e-3, 'SGD learning rate.')
+
+
+def _ConfigureDevices(num_devices: int) -> None:
+  cpu = tf.config.list_physical_devices('CPU')[0]
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * max(num_devices, 1))
+  if FLAGS.intra_op_threads:
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+  if FLAGS.inter_op_threads:
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+
+
+def _BuildModel(workload):
+  from benchmarks import workloads  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core import gpipe
+  from lingvo_pipe.core.layers import containers
+  layers = workloads.Layers(workload)
+  if FLAGS.baseline:
+    with tf.device('/device:CPU:0'):
+      return containers.SequentialLayer.Params().Set(name='model', sub=layers).Instantiate()
+  return gpipe.PipeliningLayer.Params().Set(
+      name='model', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
+      input_shapes=[workload.input_shape],
+      remat=gpipe.RematPolicy(FLAGS.remat)).Instantiate()
+
+
+def GraphOps(concrete_fn) -> int:
+  """Ops of the step's graph including every function body it calls."""
+  graph_def = concrete_fn.graph.as_graph_def()
+  return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+
+
+def Run(workload_name: str) -> dict:
+  from benchmarks import workloads  # pylint: disable=g-import-not-at-top
+  workload = workloads.WORKLOADS[workload_name]
+  if FLAGS.num_layers:
+    workload = dataclasses.replace(workload, num_layers=FLAGS.num_layers)
+  _ConfigureDevices(1 if FLAGS.baseline else FLAGS.k)
+  start = time.perf_counter()
+  model = _BuildModel(workload)
+  variables = list(model.trainable_variables)
+  x = tf.random.stateless_normal(workload.input_shape, [1, 2])
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(model(x)))
+    for v, g in zip(variables, tape.gradient(loss, variables)):
+      with tf.device(v.device):
+        v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
+    return loss
+
+  Step(x).numpy()
+  first_step_s = time.perf_counter() - start
+  for _ in range(FLAGS.warmup):
+    Step(x).numpy()
+  tf.config.experimental.reset_memory_stats('CPU:0')
+  times = []
+  for _ in range(FLAGS.steps):
+    t0 = time.perf_counter()
+    Step(x).numpy()
+    times.append(time.perf_counter() - t0)
+  return dict(
+      workload=workload.name, num_layers=workload.num_layers,
+      baseline=FLAGS.baseline, K=1 if FLAGS.baseline else FLAGS.k,
+      M=1 if FLAGS.baseline else FLAGS.m,
+      remat='none' if FLAGS.baseline else FLAGS.remat,
+      step_s_median=statistics.median(times), step_s_min=min(times),
+      first_step_s=first_step_s,
+      bfc_peak_bytes=tf.config.experimental.get_memory_info('CPU:0')['peak'],
+      graph_ops=GraphOps(Step.get_concrete_function(x)),
+      intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
+      steps=FLAGS.steps, tf_version=tf.__version__)
+
+
+def main(argv):
+  del argv
+  if os.environ.get('TF_CPU_ALLOCATOR_USE_BFC') != 'true':
+    sys.exit('Set TF_CPU_ALLOCATOR_USE_BFC=true (needed for bfc_peak_bytes).')
+  print(json.dumps(Run(FLAGS.workload)), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
