@@ -50,7 +50,9 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    self._forward = _NamedFunction(self._Forward, f'{cell.params.name}_forward')
+    # Layers read the eval mode while tracing, so each mode has its own trace.
+    self._forwards = {mode: _NamedFunction(self._Forward, f'{cell.params.name}_forward')
+                      for mode in (False, True)}
     self._backward = _NamedFunction(self._Backward, f'{cell.params.name}_backward')
 
   # --- called by the pipeline ---------------------------------------------
@@ -71,9 +73,9 @@ class CellRunner:
       if record:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
-          flat = self._forward(flat_theta, flat_in)
+          flat = self._ForwardFn()(flat_theta, flat_in)
       else:
-        flat = self._forward(flat_theta, flat_in)
+        flat = self._ForwardFn()(flat_theta, flat_in)
     num_out = len(tf.nest.flatten(self.out_structure))
     outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
@@ -102,6 +104,9 @@ class CellRunner:
       grads = _Grads(tape, tf.nest.flatten(outputs), sources,
                      tf.nest.flatten(output_grads))
     return self._Unpack(grads, flat_theta, flat_in)
+
+  def _ForwardFn(self):
+    return self._forwards[base_layer.IsEvalMode()]
 
   # --- traced bodies ------------------------------------------------------
 

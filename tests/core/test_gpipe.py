@@ -109,7 +109,12 @@ def test_eval_mode_is_forward_only_and_deterministic():
   for v_ref, v_pipe in zip(ref.variables, pipe.variables):
     v_ref.assign(v_pipe)
   x = tf.random.stateless_normal(shape, [3, 4])
+  models.TrainStep(pipe, step=1)(x)  # traces the cells in training mode first
+  for v_ref, v_pipe in zip(ref.variables, pipe.variables):
+    v_ref.assign(v_pipe)
   with base_layer.EvalMode():
+    eval_fn = tf.function(pipe.FProp, autograph=False)
+    _AssertClose(eval_fn(pipe.theta, x), ref(x))
     _AssertClose(pipe(x), ref(x))
 
 
