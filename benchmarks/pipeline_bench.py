@@ -34,6 +34,8 @@ flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).
 flags.DEFINE_integer('intra_op_threads', 0, 'Intra-op threads (0: TF default).')
 flags.DEFINE_integer('inter_op_threads', 0, 'Inter-op threads (0: TF default).')
 flags.DEFINE_integer('num_layers', 0, 'Override the workload\'s L (0: keep).')
+flags.DEFINE_integer('batch', 0, 'Override the workload\'s batch size (0: keep).')
+flags.DEFINE_integer('seq', 0, 'Override the workload\'s sequence length (0: keep).')
 flags.DEFINE_float('learning_rate', 1e-3, 'SGD learning rate.')
 
 
@@ -70,8 +72,8 @@ def GraphOps(concrete_fn) -> int:
 def Run(workload_name: str) -> dict:
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
   workload = workloads.WORKLOADS[workload_name]
-  if FLAGS.num_layers:
-    workload = dataclasses.replace(workload, num_layers=FLAGS.num_layers)
+  overrides = dict(num_layers=FLAGS.num_layers, batch=FLAGS.batch, seq=FLAGS.seq)
+  workload = dataclasses.replace(workload, **{k: v for k, v in overrides.items() if v})
   _ConfigureDevices(1 if FLAGS.baseline else FLAGS.k)
   start = time.perf_counter()
   model = _BuildModel(workload)
@@ -99,6 +101,7 @@ def Run(workload_name: str) -> dict:
     times.append(time.perf_counter() - t0)
   return dict(
       workload=workload.name, num_layers=workload.num_layers,
+      batch=workload.batch, seq=workload.seq,
       baseline=FLAGS.baseline, K=1 if FLAGS.baseline else FLAGS.k,
       M=1 if FLAGS.baseline else FLAGS.m,
       remat='none' if FLAGS.baseline else FLAGS.remat,

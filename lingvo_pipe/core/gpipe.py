@@ -8,6 +8,7 @@ cell's weight gradients over the micro-batches on that device. Batch-norm
 statistics are summed over micro-batches and applied once per step.
 """
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -126,53 +127,51 @@ class PipeliningLayer(base_layer.BaseLayer):
     return base_layer.WithStepSeed(theta, seeds[0] + tf.constant([0, m], tf.int64))
 
   def _RunForward(self, thetas: List[NestedMap], micro_inputs: List[tuple],
-                  record: bool = False) -> Tuple[Dict, Dict, List[NestedMap]]:
+                  record: bool = False) -> Tuple[Dict[Tuple[int, int], '_Task'],
+                                                 List[NestedMap]]:
     """Forward of every (cell, micro-batch) in schedule order.
 
-    Returns the inputs and outputs per (k, m), with `record` also the tape of
-    each (k, m) under key ('tape', k, m), and per cell the statistics summed
-    over micro-batches (on the cell's device).
+    Returns what each (k, m) saw and produced, with `record` its tape too,
+    and per cell the statistics summed over micro-batches on its device.
     """
     p = self.params
     num_micro = len(micro_inputs)
-    cell_in: Dict[Tuple[int, int], tuple] = {}
-    cell_out: Dict[Tuple[int, int], tuple] = {}
+    tasks: Dict[Tuple[int, int], _Task] = {}
     updates: List[List[NestedMap]] = [[] for _ in range(self.num_cells)]
-    last_op: Dict[int, Any] = {}
+    previous: Dict[int, List[Any]] = {}
     for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
                                   schedule.Phase.FORWARD):
       k, m = task.cell, task.micro_batch
-      x = micro_inputs[m] if k == 0 else cell_out[(k - 1, m)]
-      cell_in[(k, m)] = x
-      with tf.control_dependencies(last_op.get(k, [])):
-        out, upd, tape = self._runners[k].Forward(
-            self._MicroTheta(thetas[k], m), x, record)
-      if record:
-        cell_in[('tape', k, m)] = tape
-      cell_out[(k, m)] = out
+      with tf.device(self.devices[k].name):
+        x, theta = _After(previous.get(k), (
+            micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs,
+            self._MicroTheta(thetas[k], m)))
+      out, upd, tape = self._runners[k].Forward(theta, x, record)
+      tasks[(k, m)] = _Task(x, theta, out, tape)
       updates[k].append(upd)
-      last_op[k] = tf.nest.flatten(out)
+      previous[k] = tf.nest.flatten(out)
     summed = []
     for k in range(self.num_cells):
       with tf.device(self.devices[k].name):
         summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
                                             *updates[k]))
-    return cell_in, cell_out, summed
+    return tasks, summed
 
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> List[Any]:
     flat_inputs = tf.nest.flatten(inputs)
     micro = [tuple(tf.nest.pack_sequence_as(inputs, row)) for row in
              micro_batch.Split(flat_inputs, num_micro, self.params.batch_dim)]
-    _, cell_out, _ = self._RunForward(thetas, micro)
-    return self._MergeOutputs(cell_out, num_micro)
+    tasks, _ = self._RunForward(thetas, micro)
+    return self._MergeOutputs(tasks, num_micro)
 
-  def _MergeOutputs(self, cell_out: Dict, num_micro: int) -> List[Any]:
+  def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
+                    num_micro: int) -> List[Any]:
     last = self.num_cells - 1
-    rows = [tf.nest.flatten(cell_out[(last, m)]) for m in range(num_micro)]
+    rows = [tf.nest.flatten(tasks[(last, m)].outputs) for m in range(num_micro)]
     with tf.device(self.devices[last].name):
       merged = micro_batch.Concat(rows, self.params.batch_dim)
-    return tf.nest.pack_sequence_as(cell_out[(last, 0)], merged)
+    return tf.nest.pack_sequence_as(tasks[(last, 0)].outputs, merged)
 
   # --- training --------------------------------------------------------------
 
@@ -195,8 +194,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       with tf.device(self.devices[0].name):
         rows = micro_batch.Split(ins, num_micro, p.batch_dim)
       micro = [tuple(tf.nest.pack_sequence_as(inputs, r)) for r in rows]
-      cell_in, cell_out, summed = self._RunForward(cell_thetas, micro, record)
-      outputs = self._MergeOutputs(cell_out, num_micro)
+      tasks, summed = self._RunForward(cell_thetas, micro, record)
+      outputs = self._MergeOutputs(tasks, num_micro)
       state['updates'] = summed
       flat_out = tf.nest.flatten(outputs)
       state['structure'] = outputs
@@ -209,37 +208,36 @@ class PipeliningLayer(base_layer.BaseLayer):
         with tf.device(self.devices[last].name):
           micro_dys = micro_batch.Split(dys, num_micro, p.batch_dim)
         grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-        theta_grads = [[] for _ in range(self.num_cells)]
+        theta_grads: List[Any] = [None] * self.num_cells
         input_grads = [None] * num_micro
-        last_op: Dict[int, Any] = {}
+        previous: Dict[int, List[Any]] = {}
         for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
                                       schedule.Phase.BACKWARD):
           k, m = task.cell, task.micro_batch
-          runner = self._runners[k]
-          dy = tf.nest.pack_sequence_as(cell_out[(k, m)], grads_out[(k, m)])
-          with tf.control_dependencies(last_op.get(k, [])):
-            if record:
-              dtheta, dx = runner.BackwardFromTape(
-                  cell_in[('tape', k, m)], self._MicroTheta(cell_thetas[k], m), cell_in[(k, m)],
-                  cell_out[(k, m)], dy)
-            else:
-              dtheta, dx = runner.Backward(
-                  self._MicroTheta(cell_thetas[k], m), cell_in[(k, m)], dy)
-          theta_grads[k].append(dtheta)
-          last_op[k] = [g for g in dtheta + dx if g is not None]
+          done = tasks[(k, m)]
+          with tf.device(self.devices[k].name):
+            dy = _After(previous.get(k), tf.nest.pack_sequence_as(
+                done.outputs, grads_out[(k, m)]))
+          if record:
+            dtheta, dx = self._runners[k].BackwardFromTape(
+                done.tape, done.theta, done.inputs, done.outputs, dy)
+          else:
+            theta, x = done.theta, done.inputs
+            with tf.device(self.devices[k].name):
+              theta, x = _After(previous.get(k), (theta, x))
+            dtheta, dx = self._runners[k].Backward(theta, x, dy)
+          with tf.device(self.devices[k].name):
+            theta_grads[k] = _Accumulate(theta_grads[k], dtheta)
+          previous[k] = [g for g in dtheta + dx if g is not None]
           if k > 0:
             grads_out[(k - 1, m)] = [
                 tf.zeros_like(x) if g is None else g
-                for x, g in zip(tf.nest.flatten(cell_in[(k, m)]), dx)]
+                for x, g in zip(tf.nest.flatten(done.inputs), dx)]
           else:
             input_grads[m] = dx
         with tf.device(self.devices[0].name):
           d_inputs = micro_batch.MergeInputGradients(ins, input_grads, p.batch_dim)
-        d_thetas = []
-        for k in range(self.num_cells):
-          with tf.device(self.devices[k].name):
-            d_thetas.extend(_SumGrads(theta_grads[k]))
-        return d_inputs + d_thetas
+        return d_inputs + [g for grads in theta_grads for g in grads]
 
       return flat_out, Grad
 
@@ -258,12 +256,31 @@ class PipeliningLayer(base_layer.BaseLayer):
     return containers.ChainMeta(_CellParams(params), input_shapes)
 
 
-def _SumGrads(per_micro: List[List[Any]]) -> List[Any]:
-  """Sums each theta gradient over micro-batches; None stays None."""
-  summed = []
-  for column in zip(*per_micro):
-    summed.append(None if column[0] is None else tf.add_n(list(column)))
-  return summed
+@dataclasses.dataclass
+class _Task:
+  """What one (cell, micro-batch) forward saw and produced."""
+  inputs: tuple
+  theta: NestedMap
+  outputs: tuple
+  tape: Optional[tf.GradientTape]
+
+
+def _After(previous: Optional[List[Any]], structure: Any) -> Any:
+  """Identities of the tensors in `structure` that wait for `previous` (the
+  device's last task), so a device runs its tasks in schedule order."""
+  if not previous:
+    return structure
+  with tf.control_dependencies(previous):
+    return tf.nest.map_structure(tf.identity, structure)
+
+
+def _Accumulate(total: Any, grads: List[Any]) -> List[Any]:
+  """Adds one micro-batch's theta gradients to the running sum, so only one
+  sum (not M gradients) is alive per cell; None stays None."""
+  if total is None:
+    return list(grads)
+  return [None if g is None else tf.add(t, tf.convert_to_tensor(g))
+          for t, g in zip(total, grads)]
 
 
 def _CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
