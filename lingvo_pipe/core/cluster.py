@@ -2,9 +2,11 @@
 
 import dataclasses
 import enum
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
+
+from lingvo_pipe.core import hyperparams
 
 
 class DeviceType(enum.Enum):
@@ -93,3 +95,18 @@ def PlaceCells(num_cells: int, devices: Optional[Sequence[Device]] = None,
         raise ValueError(f'Device {d.name!r} does not exist in this process; '
                          f'existing devices: {sorted(k.name for k in known)}.')
   return devices[:num_cells]
+
+
+def DevicesNeeded(params: Any) -> int:
+  """The most cells any pipeline in these (nested) params asks for."""
+  found = 1
+  if isinstance(params, hyperparams.Params):
+    if 'num_partitions' in params and 'cell_tpl' in params:
+      splits = len(params.splits) + 1 if params.splits else 0
+      found = max(found, params.num_partitions, len(params.cell_tpl), splits)
+    for _, value in params.IterParams():
+      found = max(found, DevicesNeeded(value))
+  elif isinstance(params, (list, tuple)):
+    for value in params:
+      found = max(found, DevicesNeeded(value))
+  return found

@@ -58,7 +58,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def __init__(self, params: hyperparams.Params) -> None:
     super().__init__(params)
     p = self.params
-    cell_params = _CellParams(p)
+    cell_params = CellParams(p)
     self._CheckMicroBatching()
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
     self.devices = cluster.PlaceCells(len(cell_params), devices)
@@ -253,7 +253,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
-    return containers.ChainMeta(_CellParams(params), input_shapes)
+    return containers.ChainMeta(CellParams(params), input_shapes)
 
 
 @dataclasses.dataclass
@@ -283,7 +283,7 @@ def _Accumulate(total: Any, grads: List[Any]) -> List[Any]:
           for t, g in zip(total, grads)]
 
 
-def _CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
+def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
   """The params of each cell, from cell_tpl or by partitioning layers."""
   if p.cell_tpl and p.layers:
     raise ValueError(f'PipeliningLayer {p.name!r}: set either cell_tpl '
