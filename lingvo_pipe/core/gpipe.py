@@ -29,7 +29,15 @@ from lingvo_pipe.core.nested_map import NestedMap
 class PipeliningLayer(base_layer.BaseLayer):
   """Splits a sequence of layers into K cells on K devices and pipelines
   M micro-batches through them. Equal to the unpartitioned network in
-  outputs, loss and gradients for every K and M."""
+  outputs, loss and gradients for every K and M.
+
+  Inputs (tensors or nested structures) with the batch dimension are split
+  into micro-batches, others reach every micro-batch. A cell's outputs are
+  the next cell's inputs. Of the last cell's outputs, those with the
+  micro-batch dimension are concatenated and the others summed over
+  micro-batches: a cell adds an auxiliary loss term or metric by adding it
+  to a scalar that the cells carry along.
+  """
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:

@@ -145,3 +145,52 @@ def test_tuple_inputs_split_and_broadcast():
   dx, dbias = tape.gradient(loss, [x, bias])
   _AssertClose(dx, np.ones([8, 3]))
   _AssertClose(dbias, [32., 32., 32.])
+
+
+class _ScaleWithAuxLoss(base_layer.BaseLayer):
+  """(x, aux) -> (x * w, aux + mean(x^2)): a per-cell loss term carried
+  along with the activations."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    from lingvo_pipe.core import weights
+    self.CreateVariable('w', weights.WeightParams([3], init=weights.WeightInit.Uniform(1.0)))
+
+  def FProp(self, theta, x, aux):
+    return x * theta.w, aux + tf.reduce_mean(tf.square(x))
+
+  @classmethod
+  def FPropMeta(cls, params, x_shape, aux_shape):
+    from lingvo_pipe.core import layer_meta
+    return layer_meta.LayerMeta((tf.TensorShape(x_shape), tf.TensorShape(aux_shape)))
+
+
+@pytest.mark.parametrize('m', [1, 4])
+def test_auxiliary_loss_terms_are_summed_over_micro_batches(m):
+  layers = [_ScaleWithAuxLoss.Params().Set(name=f'aux{i}') for i in range(4)]
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=4, num_micro_batches=m,
+      input_shapes=[[8, 3], []]).Instantiate()
+  x = tf.random.stateless_normal([8, 3], [5, 6])
+  variables = list(pipe.trainable_variables)
+
+  def Loss(y, aux):
+    return tf.reduce_mean(y) + aux
+
+  with tf.GradientTape() as tape:
+    y, aux = pipe(x, tf.constant(0.0))
+    loss = Loss(y, aux)
+  grads = tape.gradient(loss, variables)
+  with tf.GradientTape() as tape:  # reference: per micro-batch, plain autodiff
+    ys, aux_ref = [], 0.0
+    for xm in tf.split(x, m):
+      h, a = xm, 0.0
+      for layer in [l for c in pipe.cells for l in c.sub]:
+        h, a = layer.FProp(layer.theta, h, a)
+      ys.append(h)
+      aux_ref += a
+    ref_loss = Loss(tf.concat(ys, 0), aux_ref)
+  _AssertClose(aux, aux_ref)
+  _AssertClose(loss, ref_loss)
+  for g, rg in zip(grads, tape.gradient(ref_loss, variables)):
+    _AssertClose(g, rg)
