@@ -256,10 +256,8 @@ class _XentLayer(base_layer.BaseLayer):
 
   def FProp(self, theta: NestedMap, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     p = self.params
-    off = p.label_smoothing / p.num_classes
-    targets = tf.one_hot(tf.cast(labels, tf.int32), p.num_classes,
-                         on_value=1.0 - p.label_smoothing + off, off_value=off,
-                         dtype=logits.dtype)
+    targets = embedding.SmoothedTargets(tf.cast(labels, tf.int32), p.num_classes,
+                                        p.label_smoothing, logits.dtype)
     xent = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
     return tf.concat([logits, xent[:, None]], axis=1)
 

@@ -88,6 +88,15 @@ class EmbeddingLayer(base_layer.BaseLayer):
         act_bytes=copies * n * size)
 
 
+def SmoothedTargets(labels: tf.Tensor, num_classes: int, label_smoothing: float,
+                    dtype: tf.DType) -> tf.Tensor:
+  """One-hot targets with eps = label_smoothing spread uniformly:
+  (1 - eps) * onehot + eps / num_classes."""
+  off = label_smoothing / num_classes
+  return tf.one_hot(labels, num_classes, on_value=1.0 - label_smoothing + off,
+                    off_value=off, dtype=dtype)
+
+
 class SoftmaxLayer(base_layer.BaseLayer):
   """Softmax output layer with a label-smoothed cross-entropy loss.
 
@@ -176,9 +185,8 @@ class SoftmaxLayer(base_layer.BaseLayer):
                        f'{labels.shape} must have the shape of the inputs '
                        f'without the last dim, {logits.shape[:-1]}.')
     log_probs = tf.nn.log_softmax(logits)
-    off = p.label_smoothing / p.num_classes
-    targets = tf.one_hot(labels, p.num_classes, on_value=1.0 - p.label_smoothing
-                         + off, off_value=off, dtype=log_probs.dtype)
+    targets = SmoothedTargets(labels, p.num_classes, p.label_smoothing,
+                              log_probs.dtype)
     per_example_loss = -tf.reduce_sum(targets * log_probs, axis=-1)
     return NestedMap(logits=logits, log_probs=log_probs,
                      per_example_loss=per_example_loss,
