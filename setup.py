@@ -17,6 +17,7 @@ setuptools.setup(
         'tensorflow>=2.16',  # tested on 2.21.0
         'numpy',
         'absl-py',
+        'tensorboard',  # tf.summary writes through it
     ],
     extras_require={'test': ['pytest', 'pytest-xdist']},
     entry_points={

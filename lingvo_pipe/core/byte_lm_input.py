@@ -99,7 +99,7 @@ class ByteLmInput:
       starts = tf.data.Dataset.range(0, len(self.data) - window, p.seq_len)
 
     def Example(start):
-      chunk = tf.cast(data[start:start + window], tf.int32)
+      chunk = tf.reshape(tf.cast(data[start:start + window], tf.int32), [window])
       return NestedMap(ids=chunk[:-1], labels=chunk[1:],
                        paddings=tf.zeros([p.seq_len], tf.float32))
 

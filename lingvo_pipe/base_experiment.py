@@ -1,0 +1,77 @@
+"""BaseExperiment: what a registered experiment class defines, and the
+trainer settings it returns."""
+
+import enum
+
+from lingvo_pipe.core import hyperparams
+
+
+class OptimizerKind(enum.Enum):
+  SGD = 'sgd'
+  MOMENTUM = 'momentum'
+  ADAM = 'adam'
+  RMSPROP = 'rmsprop'
+
+
+class LrSchedule(enum.Enum):
+  CONSTANT = 'constant'
+  WARMUP_RSQRT = 'warmup_rsqrt'  # linear warmup, then 1/sqrt(step) decay
+  COSINE = 'cosine'              # linear warmup, then cosine decay to 0
+
+
+class NonFinitePolicy(enum.Enum):
+  """What the trainer does when the loss or the gradients are NaN or inf."""
+  SKIP_STEP = 'skip_step'  # apply nothing, count the step as skipped, go on
+  STOP = 'stop'            # apply nothing and stop with an error
+
+
+def TrainerParams() -> hyperparams.Params:
+  """The default training settings."""
+  p = hyperparams.Params()
+  p.Define('max_steps', 1000, 'Train until this global step.')
+  p.Define('steps_per_loop', 100, 'Steps per call of the training loop '
+           'function (one host round trip: progress, summaries, checkpoint).')
+  p.Define('save_interval_steps', 0, 'Checkpoint every this many steps '
+           '(0: after every loop).')
+  p.Define('max_checkpoints_to_keep', 5, 'Newest checkpoints kept.')
+  p.Define('keep_checkpoint_every_n_hours', 0.0, 'Also keep one checkpoint '
+           'per this many hours (0: off).')
+  p.Define('eval_steps', 10, 'Batches per evaluation.')
+  p.Define('learning_rate', 1e-3, 'Peak learning rate.')
+  p.Define('optimizer', OptimizerKind.ADAM, 'An OptimizerKind.')
+  p.Define('momentum', 0.9, 'Momentum of MOMENTUM and RMSPROP.')
+  p.Define('lr_schedule', LrSchedule.CONSTANT, 'An LrSchedule.')
+  p.Define('warmup_steps', 0, 'Linear warmup steps of the schedule.')
+  p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this '
+           'global norm (0: off).')
+  p.Define('on_nonfinite', NonFinitePolicy.STOP, 'A NonFinitePolicy.')
+  p.Define('seed', 1234, 'Random seed.')
+  p.Define('num_logical_devices', 0, 'Logical CPU devices to create when no '
+           'accelerator exists (0: as many as the pipelines need).')
+  return p
+
+
+class BaseExperiment:
+  """Subclass, override Task() and Train(), and register the class with
+  model_registry.RegisterExperiment."""
+
+  def Task(self) -> hyperparams.Params:
+    """Params of the model: a layer whose FProp(theta, batch) returns a
+    NestedMap of metrics with 'loss'."""
+    raise NotImplementedError(f'{type(self).__name__} must define Task().')
+
+  def Train(self) -> hyperparams.Params:
+    """Params of the training input (Instantiate().Dataset())."""
+    raise NotImplementedError(f'{type(self).__name__} must define Train().')
+
+  def Dev(self) -> hyperparams.Params:
+    """Params of the eval input; default: Train()'s."""
+    return self.Train()
+
+  def Test(self) -> hyperparams.Params:
+    """Params of the test input; default: Dev()'s."""
+    return self.Dev()
+
+  def Trainer(self) -> hyperparams.Params:
+    """Training settings; default: TrainerParams()."""
+    return TrainerParams()

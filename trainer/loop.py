@@ -1,0 +1,194 @@
+"""The training loop: TPUEstimator-like loops of steps, checkpoints, summaries.
+
+One tf.function runs `steps_per_loop` training steps back to back, reading
+batches from a tf.data iterator inside the function. Around it the host
+saves a checkpoint (model, optimizer slots, global step and the input
+iterator's position), writes summaries and prints a progress line.
+"""
+
+import os
+import time
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from lingvo_pipe import base_experiment
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core.nested_map import NestedMap
+from trainer import optimizers
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss or the gradients became NaN or infinite (policy STOP)."""
+
+
+class Trainer:
+  """Trains and evaluates one experiment in `logdir`."""
+
+  def __init__(self, params: hyperparams.Params, logdir: str,
+               log: Callable[[str], None] = print) -> None:
+    """`params` holds task, train, dev, test and trainer params (see
+    experiment_params.ExperimentParams)."""
+    self.params = params
+    self.logdir = logdir
+    self.log = log
+    self.tp = params.trainer
+    tf.random.set_seed(self.tp.seed)
+    self.task = params.task.Instantiate()
+    self.variables = list(self.task.trainable_variables)
+    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    self.learning_rate = optimizers.LearningRate(self.tp, self.global_step)
+    self.optimizer = optimizers.Optimizer(self.tp, self.learning_rate)
+    self.train_input = params.train.Instantiate()
+    self.train_iterator = iter(self.train_input.Dataset())
+    self.checkpoint = tf.train.Checkpoint(
+        model=self.task, optimizer=self.optimizer, global_step=self.global_step,
+        train_iterator=self.train_iterator)
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, os.path.join(logdir, 'checkpoints'),
+        max_to_keep=self.tp.max_checkpoints_to_keep,
+        keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
+    self._train_loop = tf.function(self._TrainLoop, autograph=False)
+    self._eval_step = tf.function(self._EvalStep, autograph=False)
+    self._writers: Dict[str, tf.summary.SummaryWriter] = {}
+
+  # --- checkpoints ------------------------------------------------------------
+
+  def Restore(self) -> Optional[str]:
+    """Restores the newest complete checkpoint, if any; returns its path."""
+    path = self.manager.latest_checkpoint
+    if path:
+      self.checkpoint.restore(path).expect_partial()
+      self.log(f'Restored {path} at step {int(self.global_step.numpy())}.')
+    return path
+
+  def _Writer(self, name: str) -> tf.summary.SummaryWriter:
+    if name not in self._writers:
+      self._writers[name] = tf.summary.create_file_writer(os.path.join(self.logdir, name))
+    return self._writers[name]
+
+  # --- training -----------------------------------------------------------------
+
+  def _TrainStep(self, batch: NestedMap):
+    """One step; returns (loss, gradient norm, finite)."""
+    step_seed = tf.stack([self.global_step.read_value(), tf.constant(0, tf.int64)])
+    theta = base_layer.WithStepSeed(self.task.theta, step_seed)
+    with tf.GradientTape() as tape:
+      metrics = self.task.FProp(theta, batch)
+    grads = tape.gradient(metrics.loss, self.variables)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    grads, norm = optimizers.ClipByGlobalNorm(grads, self.tp.clip_gradient_norm_to_value)
+    finite = optimizers.IsFinite(metrics.loss, norm)
+
+    def Apply():
+      with tf.control_dependencies([self.optimizer.apply_gradients(
+          zip(grads, self.variables))]):
+        return tf.constant(True)
+
+    applied = tf.cond(finite, Apply, lambda: tf.constant(False))
+    with tf.control_dependencies([applied]):
+      advance = tf.logical_or(finite, tf.constant(
+          self.tp.on_nonfinite == base_experiment.NonFinitePolicy.SKIP_STEP))
+      step = self.global_step.assign_add(tf.cast(advance, tf.int64))
+    with tf.control_dependencies([step]):
+      return tf.identity(metrics.loss), tf.identity(norm), finite
+
+  def _TrainLoop(self, num_steps: tf.Tensor):
+    """Runs up to num_steps steps; stops early on a non-finite loss if the
+    policy is STOP. Returns (steps run, loss sum, last norm, skipped, stop)."""
+    stop_on_nonfinite = self.tp.on_nonfinite == base_experiment.NonFinitePolicy.STOP
+
+    def Cond(i, loss_sum, norm, skipped, stop):
+      del loss_sum, norm, skipped
+      return tf.logical_and(i < num_steps, tf.logical_not(stop))
+
+    def Body(i, loss_sum, norm, skipped, stop):
+      del norm, stop
+      loss, norm, finite = self._TrainStep(next(self.train_iterator))
+      ok = tf.cast(finite, tf.float32)
+      return (i + 1, loss_sum + tf.where(finite, loss, 0.0), norm,
+              skipped + 1 - tf.cast(ok, tf.int32),
+              tf.logical_and(tf.logical_not(finite), stop_on_nonfinite))
+
+    zero = tf.constant(0.0)
+    return tf.while_loop(Cond, Body, [tf.constant(0), zero, zero, tf.constant(0),
+                                      tf.constant(False)])
+
+  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> None:
+    """Trains until global step max_steps, a loop of steps at a time."""
+    tp = self.tp
+    batch_size = self.train_input.params.batch_size
+    writer = self._Writer('train')
+    while True:
+      step = int(self.global_step.numpy())
+      if step >= max_steps:
+        break
+      todo = min(tp.steps_per_loop, max_steps - step)
+      start = time.perf_counter()
+      ran, loss_sum, norm, skipped, stop = self._train_loop(tf.constant(todo))
+      elapsed = time.perf_counter() - start
+      ran, skipped = int(ran), int(skipped)
+      step = int(self.global_step.numpy())
+      if bool(stop):
+        raise NonFiniteLossError(
+            f'Non-finite loss or gradients at step {step}; stopped without '
+            'applying it (on_nonfinite=STOP). The last checkpoint is '
+            f'{self.manager.latest_checkpoint}.')
+      loss = float(loss_sum) / max(ran - skipped, 1)
+      self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
+                      elapsed / max(ran, 1))
+      self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
+                     elapsed / max(ran, 1), skipped)
+      if tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or step >= max_steps:
+        self.manager.save(checkpoint_number=step)
+      if after_loop is not None:
+        after_loop()
+
+  def _Summaries(self, writer, step: int, loss: float, norm: float,
+                 examples_per_sec: float, step_time: float) -> None:
+    with writer.as_default(step=step):
+      tf.summary.scalar('loss', loss)
+      tf.summary.scalar('learning_rate', self.learning_rate())
+      tf.summary.scalar('grad_norm', norm)
+      tf.summary.scalar('examples_per_sec', examples_per_sec)
+      tf.summary.scalar('step_time_s', step_time)
+    writer.flush()
+
+  def _Progress(self, step: int, max_steps: int, loss: float,
+                examples_per_sec: float, step_time: float, skipped: int) -> None:
+    eta = int((max_steps - step) * step_time)
+    note = f' ({skipped} non-finite steps skipped)' if skipped else ''
+    self.log(f'step {step:>6}/{max_steps}  loss {loss:.4f}  '
+             f'{examples_per_sec:8.1f} examples/s  {step_time:.3f} s/step  '
+             f'ETA {eta // 60}m{eta % 60:02d}s{note}')
+
+  # --- eval -----------------------------------------------------------------------
+
+  def _EvalStep(self, batch: NestedMap) -> NestedMap:
+    return self.task.FProp(self.task.theta, batch)
+
+  def Eval(self, split: str = 'dev') -> Dict[str, float]:
+    """Mean metrics over eval_steps batches of split 'dev' or 'test', weighted by
+    num_tokens when the task reports it; written under logdir/eval."""
+    dataset = self.params.Get(split).Instantiate().Dataset().take(self.tp.eval_steps)
+    totals: Dict[str, float] = {}
+    weight_sum = 0.0
+    with base_layer.EvalMode():
+      for batch in dataset:
+        metrics = {k: float(v) for k, v in self._eval_step(batch).items()}
+        weight = metrics.get('num_tokens', 1.0)
+        weight_sum += weight
+        for key, value in metrics.items():
+          totals[key] = totals.get(key, 0.0) + (value if key == 'num_tokens' else value * weight)
+    if not weight_sum:
+      raise ValueError(f'The {split} input produced no batch; check its data and '
+                       'batch_size.')
+    means = {k: (v if k == 'num_tokens' else v / weight_sum) for k, v in totals.items()}
+    step = int(self.global_step.numpy())
+    with self._Writer('eval').as_default(step=step):
+      for key, value in means.items():
+        tf.summary.scalar(key, value)
+    self._Writer('eval').flush()
+    self.log(f'eval at step {step}: ' + '  '.join(f'{k} {v:.4f}' for k, v in sorted(means.items())))
+    return means

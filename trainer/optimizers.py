@@ -1,0 +1,68 @@
+"""Optimizers and learning-rate schedules from the trainer params.
+
+The optimizers are TensorFlow's tf.compat.v1.train ones: they create each
+slot variable next to its variable, so a pipeline cell's optimizer state
+lives on the cell's device (Keras 3's put every slot on device 0; see
+DESIGN.md).
+"""
+
+from typing import Callable
+
+import tensorflow as tf
+
+from lingvo_pipe import base_experiment
+from lingvo_pipe.base_experiment import LrSchedule, OptimizerKind
+from lingvo_pipe.core import hyperparams
+
+
+def LearningRate(tp: hyperparams.Params,
+                 global_step: tf.Variable) -> Callable[[], tf.Tensor]:
+  """A callable giving the learning rate at the current global step."""
+  lr, warmup = tp.learning_rate, max(tp.warmup_steps, 0)
+
+  def Value() -> tf.Tensor:
+    step = tf.cast(global_step, tf.float32)
+    if tp.lr_schedule == LrSchedule.CONSTANT:
+      return tf.constant(lr, tf.float32)
+    if tp.lr_schedule == LrSchedule.WARMUP_RSQRT:
+      w = float(max(warmup, 1))
+      return lr * tf.minimum((step + 1.0) / w, tf.math.rsqrt((step + 1.0) / w))
+    if tp.lr_schedule == LrSchedule.COSINE:
+      decayed = tf.compat.v1.train.cosine_decay(
+          lr, tf.maximum(step - warmup, 0.0), max(tp.max_steps - warmup, 1))
+      if callable(decayed):  # eagerly, the v1 schedule returns a function
+        decayed = decayed()
+      return tf.where(step < warmup, lr * (step + 1.0) / max(warmup, 1), decayed)
+    raise ValueError(f'Unknown lr_schedule {tp.lr_schedule!r}; use a '
+                     f'{base_experiment.LrSchedule.__name__}.')
+
+  return Value
+
+
+def Optimizer(tp: hyperparams.Params,
+              learning_rate: Callable[[], tf.Tensor]) -> tf.compat.v1.train.Optimizer:
+  """The optimizer named by tp.optimizer."""
+  kind = tp.optimizer
+  if kind == OptimizerKind.SGD:
+    return tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
+  if kind == OptimizerKind.MOMENTUM:
+    return tf.compat.v1.train.MomentumOptimizer(learning_rate, tp.momentum)
+  if kind == OptimizerKind.ADAM:
+    return tf.compat.v1.train.AdamOptimizer(learning_rate)
+  if kind == OptimizerKind.RMSPROP:
+    return tf.compat.v1.train.RMSPropOptimizer(learning_rate, momentum=tp.momentum)
+  raise ValueError(f'Unknown optimizer {kind!r}; use an OptimizerKind.')
+
+
+def ClipByGlobalNorm(grads, clip_norm: float):
+  """(clipped grads, global norm before clipping); clip_norm 0: no clip."""
+  norm = tf.linalg.global_norm(grads)
+  if clip_norm <= 0:
+    return list(grads), norm
+  clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+  return clipped, norm
+
+
+def IsFinite(*values: tf.Tensor) -> tf.Tensor:
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
+
