@@ -30,8 +30,10 @@ flags.DEFINE_string('model_params_override', '', 'Overrides such as '
 flags.DEFINE_string('model_params_file_override', '', 'A file of "key : value" '
                     'lines (the params.txt format) applied before '
                     '--model_params_override.')
-flags.DEFINE_integer('max_steps', 0, 'Train to this global step (0: the '
-                     "experiment's trainer.max_steps).")
+flags.DEFINE_integer('max_steps', 0, 'Stop at this global step (0: the '
+                     "experiment's trainer.max_steps). The learning-rate "
+                     'schedule still follows trainer.max_steps, so a run '
+                     'stopped early and resumed equals one run.')
 flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
@@ -63,8 +65,6 @@ def _ResolveParams():
     experiment_params.ApplyOverrides(params, FLAGS.model_params_override)
   except (AttributeError, TypeError, ValueError) as e:
     raise _UserError(str(e)) from None
-  if FLAGS.max_steps:
-    params.trainer.max_steps = FLAGS.max_steps
   if FLAGS.seed >= 0:
     params.trainer.seed = FLAGS.seed
   return params
@@ -131,7 +131,7 @@ def Main(argv) -> None:
   trainer_obj.Restore()
   if FLAGS.mode in ('train', 'train_and_eval'):
     try:
-      trainer_obj.Train(params.trainer.max_steps)
+      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps)
     except loop.NonFiniteLossError as e:
       raise _UserError(str(e)) from None
   if FLAGS.mode in ('eval', 'train_and_eval'):

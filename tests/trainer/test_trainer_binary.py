@@ -1,0 +1,87 @@
+"""End-to-end tests of the trainer binary, each run in a subprocess."""
+
+import glob
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = 'lm.StdlibBytesTiny'
+
+
+def _Run(*flags, check=True):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  result = subprocess.run([sys.executable, '-m', 'trainer.trainer', *flags], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+  if check and result.returncode:
+    raise AssertionError(result.stdout + result.stderr)
+  return result
+
+
+def _Scalars(logdir, split):
+  """{tag: [(step, value)]} from the event files of logdir/split."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(logdir, split, 'events.*'))):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        out.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
+  return out
+
+
+def test_resume_continues_exactly(tmp_path):
+  straight, resumed = str(tmp_path / 'straight'), str(tmp_path / 'resumed')
+  common = ['--model=' + TINY, '--mode=train', '--model_params_override=trainer.steps_per_loop=2']
+  _Run(*common, '--logdir=' + straight, '--max_steps=8')
+  first = _Run(*common, '--logdir=' + resumed, '--max_steps=4')
+  assert 'step      4/4' in first.stdout
+  assert glob.glob(os.path.join(resumed, 'checkpoints', 'ckpt-4*'))
+  second = _Run(*common, '--logdir=' + resumed, '--max_steps=8')
+  assert 'Restored' in second.stdout and 'at step 4' in second.stdout
+  a, b = _Scalars(straight, 'train'), _Scalars(resumed, 'train')
+  assert [s for s, _ in a['loss']] == [2, 4, 6, 8]
+  assert a['loss'] == b['loss']  # exactly: weights, slots, data position, seeds
+  for tag in ('learning_rate', 'grad_norm', 'examples_per_sec', 'step_time_s'):
+    assert len(a[tag]) == 4
+  assert (tmp_path / 'straight' / 'params.txt').read_text().startswith('task.')
+
+  evaluated = _Run('--model=' + TINY, '--mode=eval', '--logdir=' + straight)
+  assert 'eval at step 8' in evaluated.stdout
+  metrics = _Scalars(straight, 'eval')
+  assert metrics['bits_per_byte'][0][0] == 8
+  assert 0 < metrics['bits_per_byte'][0][1] < 9
+
+
+def test_train_and_eval_prints_metrics_and_a_sample(tmp_path):
+  result = _Run('--model=' + TINY, '--logdir=' + str(tmp_path), '--sample_bytes=20')
+  assert 'eval at step 8: accuracy' in result.stdout
+  assert '--- sample ---' in result.stdout
+
+
+def test_inspect_params_and_model():
+  params = _Run('--model=lm.StdlibBytesGPipe', '--mode=inspect_params').stdout
+  assert 'task.stack.pipeline.num_micro_batches : 8' in params
+  assert 'trainer.optimizer : enum(' in params
+  plan = _Run('--model=lm.StdlibBytesGPipe', '--mode=inspect_model').stdout
+  assert 'K=4 cells, M=8 micro-batches' in plan
+  assert plan.count('device:CPU:') == 4 and 'embedding' in plan and 'softmax' in plan
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--model=lm.StdlibBytesTyny'], "Unknown experiment 'lm.StdlibBytesTyny'. Did you mean"),
+    (['--model_params_override=trainer.max_stepz=3'],
+     "Unknown param 'trainer.max_stepz'. Did you mean 'max_steps'"),
+    (['--model_params_override=trainer.max_steps=0.5'], "expects a value of type int"),
+    (['--logdir=/proc/no_such_dir'], 'Cannot write to --logdir'),
+    (['--model_params_override=train.file_pattern="/nonexistent/*.txt"'], 'No file matches'),
+])
+def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
+  args = ['--model=' + TINY, '--mode=train', f'--logdir={tmp_path}'] + flags
+  result = _Run(*args, check=False)
+  assert result.returncode == 2
+  assert 'Traceback' not in result.stderr
+  lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(lines) == 1 and message in lines[0], result.stderr
