@@ -210,48 +210,60 @@ class PipeliningLayer(base_layer.BaseLayer):
 
       def Grad(*dys, variables=None):
         del variables  # the pipeline reads no variables; theta is passed in
-        dys = list(dys)[:len(flat_out)]
-        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
-        last = self.num_cells - 1
-        with tf.device(self.devices[last].name):
-          micro_dys = micro_batch.Split(dys, num_micro, p.batch_dim)
-        grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-        theta_grads: List[Any] = [None] * self.num_cells
-        input_grads = [None] * num_micro
-        previous: Dict[int, List[Any]] = {}
-        for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
-                                      schedule.Phase.BACKWARD):
-          k, m = task.cell, task.micro_batch
-          done = tasks[(k, m)]
-          with tf.device(self.devices[k].name):
-            dy = _After(previous.get(k), tf.nest.pack_sequence_as(
-                done.outputs, grads_out[(k, m)]))
-          if record:
-            dtheta, dx = self._runners[k].BackwardFromTape(
-                done.tape, done.theta, done.inputs, done.outputs, dy)
-          else:
-            theta, x = done.theta, done.inputs
-            with tf.device(self.devices[k].name):
-              theta, x = _After(previous.get(k), (theta, x))
-            dtheta, dx = self._runners[k].Backward(theta, x, dy)
-          with tf.device(self.devices[k].name):
-            theta_grads[k] = _Accumulate(theta_grads[k], dtheta)
-          previous[k] = [g for g in dtheta + dx if g is not None]
-          if k > 0:
-            grads_out[(k - 1, m)] = [
-                tf.zeros_like(x) if g is None else g
-                for x, g in zip(tf.nest.flatten(done.inputs), dx)]
-          else:
-            input_grads[m] = dx
-        with tf.device(self.devices[0].name):
-          d_inputs = micro_batch.MergeInputGradients(ins, input_grads, p.batch_dim)
-        return d_inputs + [g for grads in theta_grads for g in grads]
+        dys = [tf.zeros_like(y) if dy is None else dy
+               for y, dy in zip(flat_out, list(dys)[:len(flat_out)])]
+        d_inputs, d_thetas = self._RunBackward(tasks, ins, dys, num_micro, record)
+        return d_inputs + d_thetas
 
       return flat_out, Grad
 
     flat_out = Pipeline(*flat_inputs, *[x for f in flat_thetas for x in f])
     self._ApplyCellUpdates(state['updates'])
     return tf.nest.pack_sequence_as(state['structure'], list(flat_out))
+
+  def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'], inputs: List[Any],
+                   output_grads: List[Any], num_micro: int,
+                   from_tapes: bool) -> Tuple[List[Any], List[Any]]:
+    """Backward of every (cell, micro-batch) in schedule order, recomputing
+    each cell on its device (or reading its tape without remat).
+
+    Returns the gradients of the flat pipeline inputs and, cell after cell,
+    of the flat thetas summed over micro-batches on each cell's device.
+    """
+    p = self.params
+    last = self.num_cells - 1
+    with tf.device(self.devices[last].name):
+      micro_dys = micro_batch.Split(output_grads, num_micro, p.batch_dim)
+    grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
+    theta_grads: List[Any] = [None] * self.num_cells
+    input_grads: List[Any] = [None] * num_micro
+    previous: Dict[int, List[Any]] = {}
+    for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
+                                  schedule.Phase.BACKWARD):
+      k, m = task.cell, task.micro_batch
+      done = tasks[(k, m)]
+      with tf.device(self.devices[k].name):
+        dy = _After(previous.get(k), tf.nest.pack_sequence_as(
+            done.outputs, grads_out[(k, m)]))
+      if from_tapes:
+        dtheta, dx = self._runners[k].BackwardFromTape(
+            done.tape, done.theta, done.inputs, done.outputs, dy)
+      else:
+        with tf.device(self.devices[k].name):
+          theta, x = _After(previous.get(k), (done.theta, done.inputs))
+        dtheta, dx = self._runners[k].Backward(theta, x, dy)
+      with tf.device(self.devices[k].name):
+        theta_grads[k] = _Accumulate(theta_grads[k], dtheta)
+      previous[k] = [g for g in dtheta + dx if g is not None]
+      if k > 0:
+        grads_out[(k - 1, m)] = [
+            tf.zeros_like(x) if g is None else g
+            for x, g in zip(tf.nest.flatten(done.inputs), dx)]
+      else:
+        input_grads[m] = dx
+    with tf.device(self.devices[0].name):
+      d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
+    return d_inputs, [g for grads in theta_grads for g in grads]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
