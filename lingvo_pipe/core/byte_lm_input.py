@@ -2,8 +2,8 @@
 
 Each example is a window of seq_len + 1 bytes: ids are its first seq_len
 bytes, labels the last seq_len (the next byte). Training windows start at
-random offsets (shuffled with a seed, repeated); eval windows tile the text
-in order. The iterator is checkpointable, so a resumed run reads on where
+uniformly random offsets (a pure function of the seed and the example
+count); eval windows tile the text in order. The iterator is checkpointable, so a resumed run reads on where
 it stopped.
 """
 
@@ -93,8 +93,13 @@ class ByteLmInput:
     window = p.seq_len + 1
     data = tf.constant(self.data)
     if p.split == 'train':
-      starts = tf.data.Dataset.range(len(self.data) - window).shuffle(
-          100_000, seed=p.seed, reshuffle_each_iteration=True).repeat()
+      # Window i starts at a uniform offset drawn from (seed, i): every part
+      # of the corpus is equally likely at every step, and the iterator's
+      # position is one counter, which checkpoints exactly.
+      num_starts = len(self.data) - window
+      starts = tf.data.Dataset.counter().map(
+          lambda i: tf.random.stateless_uniform(
+              [], [p.seed, i], maxval=num_starts, dtype=tf.int64))
     else:
       starts = tf.data.Dataset.range(0, len(self.data) - window, p.seq_len)
 

@@ -6,11 +6,11 @@ import pytest
 from lingvo_pipe.core import byte_lm_input
 
 
-def _Input(tmp_path, split='train', text=b'abcdefghij' * 50, **kwargs):
+def _Input(tmp_path, split='train', text=b'abcdefghij' * 50, seq_len=8, **kwargs):
   path = tmp_path / 'corpus.txt'
   path.write_bytes(text)
   return byte_lm_input.ByteLmInput.Params().Set(
-      file_pattern=str(path), split=split, batch_size=4, seq_len=8,
+      file_pattern=str(path), split=split, batch_size=4, seq_len=seq_len,
       **kwargs).Instantiate()
 
 
@@ -50,3 +50,12 @@ def test_missing_files_and_too_little_text(tmp_path):
     _Input(tmp_path, text=b'short')
   with pytest.raises(ValueError, match="split must be 'train' or 'eval'"):
     _Input(tmp_path, split='dev')
+
+
+def test_train_windows_cover_the_whole_corpus(tmp_path):
+  text = np.random.RandomState(0).randint(0, 256, 50_000).astype(np.uint8).tobytes()
+  dataset = _Input(tmp_path, text=text, seq_len=16).Dataset()
+  starts = [text.find(bytes(row.astype(np.uint8)))
+            for batch in dataset.take(50) for row in batch.ids.numpy()]
+  assert min(starts) >= 0
+  assert np.mean(starts) > 0.35 * len(text) and max(starts) > 0.9 * len(text)
