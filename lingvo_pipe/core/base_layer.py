@@ -132,10 +132,14 @@ class BaseLayer(tf.Module):
     return self.params.fprop_dtype or self.params.dtype
 
   def CreateChild(self, name: str, params: hyperparams.Params) -> 'BaseLayer':
-    """Builds a sublayer from `params` as attribute `name`; returns it."""
+    """Builds a sublayer from `params` as attribute `name`; returns it.
+
+    The child is named `name` (its params.name is replaced), so siblings
+    always get distinct variable paths, initial weights and dropout seeds.
+    """
     self._CheckConstructing('CreateChild', name)
     self._CheckNewName(name)
-    child = self._BuildChild(_GivenName(params) or name, params)
+    child = self._BuildChild(name, params)
     self._child_names.append(name)
     setattr(self, name, child)
     return child
@@ -152,6 +156,9 @@ class BaseLayer(tf.Module):
     self._CheckNewName(name)
     items = list(params.items()) if isinstance(params, dict) else list(
         enumerate(params))
+    if isinstance(params, dict):
+      for key in params:
+        _CheckThetaKey(key, f'{self.path}/{name}')
     given = [_GivenName(p) for _, p in items]
     built = []
     for (key, p), child_name in zip(items, given):
@@ -214,6 +221,10 @@ class BaseLayer(tf.Module):
     if name in self._child_names or name in self._var_names:
       raise ValueError(f'{self.path!r} already has a child or variable named '
                        f'{name!r}.')
+    if hasattr(type(self), name) or name in self.__dict__:
+      raise ValueError(f'Name {name!r} in {self.path!r} is already an attribute '
+                       f'of {type(self).__name__}; choose another name.')
+    _CheckThetaKey(name, self.path)
 
   def __setattr__(self, name: str, value: Any) -> None:
     created = name in self.__dict__.get('_child_names', ()) or name in (
@@ -308,6 +319,17 @@ class BaseLayer(tf.Module):
     raise NotImplementedError(f'{cls.__name__} does not define FPropMeta.')
 
 
+def _CheckThetaKey(key: Any, where: str) -> None:
+  """Raises ValueError unless `key` can name an entry of theta."""
+  if key == STEP_SEED_KEY:
+    raise ValueError(f'Name {key!r} in {where!r} is reserved for the step seed '
+                     'of random layers; choose another name.')
+  try:
+    NestedMap({key: None})
+  except ValueError as e:
+    raise ValueError(f'Name {key!r} in {where!r} cannot key theta: {e}') from None
+
+
 def _GivenName(params: Any) -> str:
   if isinstance(params, hyperparams.Params) and 'name' in params:
     return params.name
@@ -348,3 +370,8 @@ def _FinishConstructionAfter(init):
   Wrapped.__wrapped__ = init
   Wrapped.__doc__ = init.__doc__
   return Wrapped
+
+
+# BaseLayer's own constructor ends construction too, for subclasses that
+# define no __init__ of their own.
+BaseLayer.__init__ = _FinishConstructionAfter(BaseLayer.__init__)

@@ -40,12 +40,16 @@ class LanguageModelTask(base_layer.BaseLayer):
     """Extends `prompt` [batch, seq_len] (the context window, newest byte
     last) by num_steps sampled bytes; returns them [batch, num_steps]. Run in
     eval mode; each step runs the pipeline on the last seq_len bytes."""
+    zeros = tf.zeros_like(prompt, tf.float32)
+
+    @tf.function(autograph=False)
+    def NextLogits(window):
+      return self.stack.FProp(theta.stack, window, zeros, window).logits[:, -1, :]
+
     window = prompt
     samples = []
-    zeros = tf.zeros_like(prompt, tf.float32)
     for step in range(num_steps):
-      out = self.stack.FProp(theta.stack, window, zeros, window)
-      logits = out.logits[:, -1, :] / temperature
+      logits = NextLogits(window) / temperature
       nxt = tf.random.stateless_categorical(logits, 1, [seed, step], dtype=tf.int32)
       samples.append(nxt)
       window = tf.concat([window[:, 1:], nxt], axis=1)

@@ -116,13 +116,14 @@ def test_variable_names_are_hierarchical_and_stable():
   assert layer.heads['left'].path == 'top/heads_left'
 
 
-def test_children_take_given_names():
+def test_child_names_follow_attributes_and_list_children_keep_given_names():
   p = _Tree.Params()
   p.first.name = 'proj'
   p.stack = [_Affine.Params().Set(input_dim=3, output_dim=3, name=n)
              for n in ('lower', 'upper')]
   layer = p.Set(name='top').Instantiate()
-  assert layer.first.w.name == 'top/proj/w:0'
+  assert layer.first.w.name == 'top/first/w:0'
+  assert layer.first.params.name == 'first'
   assert [c.path for c in layer.stack] == ['top/lower', 'top/upper']
 
 
@@ -363,9 +364,6 @@ def test_misuse_in_constructor_raises(case, error, message):
     _BuildMisuse(case)
 
 
-@pytest.mark.xfail(strict=True, reason='base_layer: CreateVariable/CreateChild '
-                   'accept names of existing attributes (FProp, theta, ...); '
-                   "'items' fails only later, when theta is read")
 @pytest.mark.parametrize('name', ['FProp', 'theta', 'params', 'items',
                                   'step_seed'])
 def test_names_of_existing_attributes_raise_value_error(name):
@@ -373,15 +371,11 @@ def test_names_of_existing_attributes_raise_value_error(name):
     _BuildMisuse(f'var_{name}')
 
 
-@pytest.mark.xfail(strict=True, reason='base_layer: CreateChildren accepts dict '
-                   'keys that theta (a NestedMap) rejects later')
 def test_children_dict_keys_are_checked_at_construction():
   with pytest.raises(ValueError, match=r"'0'"):
     _BuildMisuse('numbered_children')
 
 
-@pytest.mark.xfail(strict=True, reason='base_layer: CreateChild keeps a given '
-                   'params.name, so siblings share variable names and seeds')
 def test_siblings_from_same_named_params_get_distinct_weights():
   layer = _BuildMisuse('twins')
   assert layer.a.w.name != layer.b.w.name
@@ -413,8 +407,6 @@ class _NoInit(base_layer.BaseLayer):
     return x
 
 
-@pytest.mark.xfail(strict=True, reason='base_layer: a subclass without its own '
-                   '__init__ is never marked constructed')
 def test_create_after_constructor_raises_without_own_init():
   layer = _NoInit.Params().Set(name='n').Instantiate()
   with pytest.raises(RuntimeError, match=r'after its constructor finished'):
