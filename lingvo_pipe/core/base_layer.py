@@ -26,7 +26,9 @@ _INHERITED = ('dtype', 'fprop_dtype', 'params_init', 'random_seed',
 @contextlib.contextmanager
 def EvalMode(is_eval: bool = True) -> Iterator[None]:
   """While active, layers trace their inference behaviour (no dropout, batch
-  norm from moving averages). It is read when a graph is traced."""
+  norm from moving averages). It is read when a graph is traced: a
+  tf.function traced in training keeps its training behaviour when called
+  inside EvalMode, so trace a separate function for eval."""
   token = _EVAL_MODE.set(is_eval)
   try:
     yield
