@@ -194,3 +194,38 @@ def test_auxiliary_loss_terms_are_summed_over_micro_batches(m):
   _AssertClose(loss, ref_loss)
   for g, rg in zip(grads, tape.gradient(ref_loss, variables)):
     _AssertClose(g, rg)
+
+
+def test_micro_batch_size_and_time_major_inputs():
+  """batch_dim=1 splits [time, batch, dim] inputs along the batch, and
+  micro_batch_size=4 of 16 examples makes M=4."""
+  from lingvo_pipe.core.layers import linear
+  layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=8, output_dim=8)
+            for i in range(4)]
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, micro_batch_size=4, batch_dim=1,
+      input_shapes=[[3, 16, 8]]).Instantiate()
+  ref = containers.SequentialLayer.Params().Set(name='ref', sub=layers).Instantiate()
+  for v_ref, v_pipe in zip(ref.variables, pipe.variables):
+    v_ref.assign(v_pipe)
+  x = tf.random.stateless_normal([3, 16, 8], [8, 9])
+  tasks = []
+  original = pipe._runners[0].Forward
+
+  def Counting(theta, inputs, record=False):
+    tasks.append(inputs[0].shape)
+    return original(theta, inputs, record)
+
+  pipe._runners[0].Forward = Counting
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch(x)
+    y, y_ref = pipe(x), ref(x)
+  assert tasks == [tf.TensorShape([3, 4, 8])] * 4
+  _AssertClose(y, y_ref)
+  _AssertClose(tape.gradient(y, x), tape.gradient(y_ref, x))
+
+
+def test_micro_batch_size_must_divide_batch():
+  layers, shape = models.FfnLayers()
+  with pytest.raises(ValueError, match=r'micro_batch_size \(5\) must divide the batch size \(16\)'):
+    models.Pipeline(layers, shape, 2, 1, micro_batch_size=5)
