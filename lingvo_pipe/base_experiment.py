@@ -1,5 +1,4 @@
-"""BaseExperiment: what a registered experiment class defines, and the
-trainer settings it returns."""
+"""BaseExperiment, the base of registered experiments, and trainer settings."""
 
 import enum
 
@@ -7,6 +6,7 @@ from lingvo_pipe.core import hyperparams
 
 
 class OptimizerKind(enum.Enum):
+  """The optimizer the trainer builds (TrainerParams().optimizer)."""
   SGD = 'sgd'
   MOMENTUM = 'momentum'
   ADAM = 'adam'
@@ -14,6 +14,7 @@ class OptimizerKind(enum.Enum):
 
 
 class LrSchedule(enum.Enum):
+  """How the learning rate follows the step (TrainerParams().lr_schedule)."""
   CONSTANT = 'constant'
   WARMUP_RSQRT = 'warmup_rsqrt'  # linear warmup, then 1/sqrt(step) decay
   COSINE = 'cosine'              # linear warmup, then cosine decay to 0
@@ -26,7 +27,7 @@ class NonFinitePolicy(enum.Enum):
 
 
 def TrainerParams() -> hyperparams.Params:
-  """The default training settings."""
+  """Returns the default training settings, BaseExperiment.Trainer()'s."""
   p = hyperparams.Params()
   p.Define('max_steps', 1000, 'Train until this global step.')
   p.Define('steps_per_loop', 100, 'Steps per call of the training loop '
@@ -41,7 +42,8 @@ def TrainerParams() -> hyperparams.Params:
   p.Define('optimizer', OptimizerKind.ADAM, 'An OptimizerKind.')
   p.Define('momentum', 0.9, 'Momentum of MOMENTUM and RMSPROP.')
   p.Define('lr_schedule', LrSchedule.CONSTANT, 'An LrSchedule.')
-  p.Define('warmup_steps', 0, 'Linear warmup steps of the schedule.')
+  p.Define('warmup_steps', 0, 'Linear warmup steps of WARMUP_RSQRT and '
+           'COSINE.')
   p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this '
            'global norm (0: off).')
   p.Define('on_nonfinite', NonFinitePolicy.STOP, 'A NonFinitePolicy.')
@@ -52,8 +54,13 @@ def TrainerParams() -> hyperparams.Params:
 
 
 class BaseExperiment:
-  """Subclass, override Task() and Train(), and register the class with
-  model_registry.RegisterExperiment."""
+  """The params of one experiment: model, inputs and training settings.
+
+  Subclass it, override Task() and Train() (and Dev(), Test() or Trainer()
+  where the defaults do not fit) and register the subclass with
+  model_registry.RegisterExperiment; the trainer then runs it by key, e.g.
+  --model=lm.StdlibBytesGPipe. Each method returns fresh Params.
+  """
 
   def Task(self) -> hyperparams.Params:
     """Params of the model: a layer whose FProp(theta, batch) returns a
