@@ -6,7 +6,7 @@ import copy
 import difflib
 import importlib
 import re
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
