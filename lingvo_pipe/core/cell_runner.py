@@ -8,7 +8,7 @@ the forward's placement, so it is set explicitly.
 """
 
 import enum
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -50,16 +50,18 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    # Layers read the eval mode while tracing, so each mode has its own trace.
-    self._forwards = {mode: _NamedFunction(self._Forward, f'{cell.params.name}_forward')
-                      for mode in (False, True)}
-    self._backward = _NamedFunction(self._Backward, f'{cell.params.name}_backward')
+    self._functions: Dict[Tuple[str, bool, bool], Any] = {}
 
   # --- called by the pipeline ---------------------------------------------
 
-  def Forward(self, theta: NestedMap, inputs: tuple, record: bool = False
+  def Forward(self, theta: NestedMap, inputs: tuple, record: bool = False,
+              inline: bool = False
               ) -> Tuple[tuple, NestedMap, Optional[tf.GradientTape]]:
     """Returns (cell outputs as a tuple, additive statistics, tape).
+
+    `inline` lets TensorFlow inline the traced function: right only without
+    recomputation and with one micro-batch, where nothing needs ordering (an
+    inlined forward could otherwise be merged with its recomputation).
 
     With `record` (RematPolicy.NONE) the tape holds this call's activations
     for BackwardFromTape; it watches only this cell's theta and inputs, so
@@ -73,9 +75,9 @@ class CellRunner:
       if record:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
-          flat = self._ForwardFn()(flat_theta, flat_in)
+          flat = self._Function('forward', inline)(flat_theta, flat_in)
       else:
-        flat = self._ForwardFn()(flat_theta, flat_in)
+        flat = self._Function('forward', inline)(flat_theta, flat_in)
     num_out = len(tf.nest.flatten(self.out_structure))
     outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
@@ -89,8 +91,8 @@ class CellRunner:
     """
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     with tf.device(self.device):
-      grads = self._backward(flat_theta, flat_in,
-                             tf.nest.flatten(output_grads))
+      grads = self._Function('backward', False)(flat_theta, flat_in,
+                                                tf.nest.flatten(output_grads))
     return self._Unpack(grads, flat_theta, flat_in)
 
   def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
@@ -105,8 +107,15 @@ class CellRunner:
                      tf.nest.flatten(output_grads))
     return self._Unpack(grads, flat_theta, flat_in)
 
-  def _ForwardFn(self):
-    return self._forwards[base_layer.IsEvalMode()]
+  def _Function(self, kind: str, inline: bool):
+    """The traced 'forward' or 'backward': one per eval mode (layers read it
+    while tracing) and per inlining choice, named '<cell name>_<kind>'."""
+    key = (kind, base_layer.IsEvalMode(), inline)
+    if key not in self._functions:
+      method = self._Forward if kind == 'forward' else self._Backward
+      self._functions[key] = _NamedFunction(
+          method, f'{self.cell.params.name}_{kind}', inline)
+    return self._functions[key]
 
   # --- traced bodies ------------------------------------------------------
 
@@ -161,21 +170,22 @@ class CellRunner:
     return out[:len(flat_theta)], out[len(flat_theta):]
 
 
-def _NamedFunction(method, name: str):
+def _NamedFunction(method, name: str, inline: bool):
   """A tf.function of `method` whose graph functions carry `name`.
 
-  It is never inlined into the caller's graph: the pipeline orders the calls
-  on one device with control dependencies, and once inlined (Grappler's
-  default) every micro-batch's ops started at once, which kept all of their
-  activations alive (transformer-act at batch 8, K=1, M=8, per-cell remat:
-  227 MB allocator peak inlined, 89 MB not inlined).
+  Unless `inline`, it is never inlined into the caller's graph: the pipeline
+  orders the calls on one device with control dependencies, and once inlined
+  (Grappler's default) every micro-batch's ops started at once, which kept
+  all of their activations alive (transformer-act at batch 8, K=1, M=8,
+  per-cell remat: 227 MB allocator peak inlined, 89 MB not inlined).
   """
 
   def Body(*args):
     return method(*args)
 
   Body.__name__ = name
-  return tf.function(Body, autograph=False, experimental_attributes={'_noinline': True})
+  attributes = {} if inline else {'_noinline': True}
+  return tf.function(Body, autograph=False, experimental_attributes=attributes)
 
 
 def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,

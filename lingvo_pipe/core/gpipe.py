@@ -154,7 +154,8 @@ class PipeliningLayer(base_layer.BaseLayer):
         x, theta = _After(previous.get(k), (
             micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs,
             self._MicroTheta(thetas[k], m)))
-      out, upd, tape = self._runners[k].Forward(theta, x, record)
+      out, upd, tape = self._runners[k].Forward(
+          theta, x, record, inline=record and num_micro == 1)
       tasks[(k, m)] = _Task(x, theta, out, tape)
       updates[k].append(upd)
       previous[k] = tf.nest.flatten(out)

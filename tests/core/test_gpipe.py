@@ -212,9 +212,9 @@ def test_micro_batch_size_and_time_major_inputs():
   tasks = []
   original = pipe._runners[0].Forward
 
-  def Counting(theta, inputs, record=False):
+  def Counting(theta, inputs, *args, **kwargs):
     tasks.append(inputs[0].shape)
-    return original(theta, inputs, record)
+    return original(theta, inputs, *args, **kwargs)
 
   pipe._runners[0].Forward = Counting
   with tf.GradientTape(persistent=True) as tape:
