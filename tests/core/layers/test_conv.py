@@ -7,6 +7,8 @@ import tensorflow as tf
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import conv
 
+from tests.core.layers import layer_checks
+
 Activation = activations.Activation
 Padding = conv.Padding
 
@@ -96,23 +98,13 @@ def _TfDepthwise(x, w, stride, padding):
   return tf.reshape(out, tf.concat([tf.shape(out)[:3], [-1]], 0))
 
 
-def _Gradients(fn, x, variables):
-  """d sum(fn(x) * upstream) / d [x] + variables, for a fixed upstream."""
-  with tf.GradientTape() as tape:
-    tape.watch([x] + variables)
-    y = fn(x)
-    upstream = np.random.default_rng(1).normal(size=y.shape).astype(np.float32)
-    loss = tf.reduce_sum(y * upstream)
-  return tape.gradient(loss, [x] + variables)
-
-
 def _CheckGradients(layer, reference, x_shape):
   """Compares gradients of the layer and of reference(x, constant vars)."""
   x = tf.constant(_Inputs(x_shape))
-  got = _Gradients(lambda t: layer.FProp(layer.theta, t), x,
+  got = layer_checks.Gradients(lambda t: layer.FProp(layer.theta, t), x,
                    list(layer.vars.Flatten()))
   ref_vars = layer.vars.Transform(lambda v: tf.constant(v.numpy()))
-  want = _Gradients(lambda t: reference(t, ref_vars), x, list(ref_vars.Flatten()))
+  want = layer_checks.Gradients(lambda t: reference(t, ref_vars), x, list(ref_vars.Flatten()))
   assert len(got) == len(want)
   for g, w in zip(got, want):
     np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)

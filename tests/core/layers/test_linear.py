@@ -7,6 +7,8 @@ import tensorflow as tf
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import linear
 
+from tests.core.layers import layer_checks
+
 Activation = activations.Activation
 
 _NUMPY_ACTIVATIONS = {
@@ -41,16 +43,6 @@ def _RandomizeBiases(layer):
 
 def _Inputs(shape):
   return np.random.default_rng(0).normal(size=shape).astype(np.float32)
-
-
-def _Gradients(fn, x, variables):
-  """d sum(fn(x) * upstream) / d [x] + variables, for a fixed upstream."""
-  with tf.GradientTape() as tape:
-    tape.watch([x] + variables)
-    y = fn(x)
-    upstream = np.random.default_rng(1).normal(size=y.shape).astype(np.float32)
-    loss = tf.reduce_sum(y * upstream)
-  return tape.gradient(loss, [x] + variables)
 
 
 def _Constants(layer):
@@ -106,10 +98,10 @@ def test_projection_variables():
 def test_projection_gradients(has_bias):
   layer = _Projection(activation=Activation.TANH, has_bias=has_bias)
   x = tf.constant(_Inputs((2, 3, 4)))
-  got = _Gradients(lambda t: layer.FProp(layer.theta, t), x,
+  got = layer_checks.Gradients(lambda t: layer.FProp(layer.theta, t), x,
                    list(layer.vars.Flatten()))
   ref = _Constants(layer)
-  want = _Gradients(
+  want = layer_checks.Gradients(
       lambda t: _TfProjection(t, ref.w, ref.get('b'), tf.tanh), x,
       list(ref.Flatten()))
   _AssertAllClose(got, want)
@@ -234,7 +226,7 @@ def test_feedforward_children():
 def test_feedforward_gradients():
   layer = _FeedForward(output_dim=3)
   x = tf.constant(_Inputs((2, 3, 4)))
-  got = _Gradients(lambda t: layer.FProp(layer.theta, t), x,
+  got = layer_checks.Gradients(lambda t: layer.FProp(layer.theta, t), x,
                    list(layer.vars.Flatten()))
   ref = _Constants(layer)
 
@@ -242,7 +234,7 @@ def test_feedforward_gradients():
     hidden = _TfProjection(t, ref.fc0.w, ref.fc0.b, tf.nn.relu)
     return _TfProjection(hidden, ref.fc1.w, ref.fc1.b, tf.identity)
 
-  _AssertAllClose(got, _Gradients(Reference, x, list(ref.Flatten())))
+  _AssertAllClose(got, layer_checks.Gradients(Reference, x, list(ref.Flatten())))
 
 
 def test_feedforward_tf_function_equals_eager():
