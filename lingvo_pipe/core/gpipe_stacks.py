@@ -136,7 +136,25 @@ def WeightedLoss(per_token: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
 
-class GPipeTransformerStack(base_layer.BaseLayer):
+class _PipelinedModel(base_layer.BaseLayer):
+  """A model whose layers run in one PipeliningLayer child, 'pipeline',
+  built from the classmethod PipelineParams(params)."""
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    self.CreateChild('pipeline', self.PipelineParams(self.params))
+
+  @classmethod
+  def PipelineParams(cls, p: hyperparams.Params) -> hyperparams.Params:
+    raise NotImplementedError(f'{cls.__name__} must define PipelineParams.')
+
+  @classmethod
+  def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
+    pp = cls.PipelineParams(params)
+    return pp.cls.FPropMeta(pp, *input_shapes)
+
+
+class GPipeTransformerStack(_PipelinedModel):
   """A pipelined pre-LN Transformer language/sequence model: embedding in
   the first cell, `num_layers` Transformer layers, softmax in the last.
 
@@ -161,10 +179,6 @@ class GPipeTransformerStack(base_layer.BaseLayer):
              'params: num_partitions or splits, num_micro_batches, remat, '
              'devices. Its layers are filled in from the params above.')
     return p
-
-  def __init__(self, params: hyperparams.Params) -> None:
-    super().__init__(params)
-    self.CreateChild('pipeline', self.PipelineParams(self.params))
 
   @classmethod
   def PipelineParams(cls, p: hyperparams.Params) -> hyperparams.Params:
@@ -192,13 +206,8 @@ class GPipeTransformerStack(base_layer.BaseLayer):
     return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
                      loss=WeightedLoss(per_token, weights))
 
-  @classmethod
-  def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
-    pp = cls.PipelineParams(params)
-    return pp.cls.FPropMeta(pp, *input_shapes)
 
-
-class GPipeConvNetClassifier(base_layer.BaseLayer):
+class GPipeConvNetClassifier(_PipelinedModel):
   """A pipelined sequential image classifier: `layers` map NHWC images to
   logits [batch, num_classes] and are split into cells; labels travel with
   the activations and the last cell takes the softmax cross entropy.
@@ -217,10 +226,6 @@ class GPipeConvNetClassifier(base_layer.BaseLayer):
     p.Define('label_smoothing', 0.0, 'Label smoothing.')
     p.Define('pipeline', gpipe.PipeliningLayer.Params(), 'PipeliningLayer params.')
     return p
-
-  def __init__(self, params: hyperparams.Params) -> None:
-    super().__init__(params)
-    self.CreateChild('pipeline', self.PipelineParams(self.params))
 
   @classmethod
   def PipelineParams(cls, p: hyperparams.Params) -> hyperparams.Params:
