@@ -136,9 +136,18 @@ def WeightedLoss(per_token: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
 
-class _PipelinedModel(base_layer.BaseLayer):
+class PipelinedModel(base_layer.BaseLayer):
   """A model whose layers run in one PipeliningLayer child, 'pipeline',
   built from the classmethod PipelineParams(params)."""
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('pipeline', gpipe.PipeliningLayer.Params(), 'PipeliningLayer '
+             'params: num_partitions or splits, num_micro_batches, remat, '
+             'devices. Its layers and input shapes are filled in by '
+             'PipelineParams.')
+    return p
 
   def __init__(self, params: hyperparams.Params) -> None:
     super().__init__(params)
@@ -154,7 +163,7 @@ class _PipelinedModel(base_layer.BaseLayer):
     return pp.cls.FPropMeta(pp, *input_shapes)
 
 
-class GPipeTransformerStack(_PipelinedModel):
+class GPipeTransformerStack(PipelinedModel):
   """A pipelined pre-LN Transformer language/sequence model: embedding in
   the first cell, `num_layers` Transformer layers, softmax in the last.
 
@@ -175,9 +184,6 @@ class GPipeTransformerStack(_PipelinedModel):
     p.Define('label_smoothing', 0.0, 'Label smoothing of the softmax.')
     p.Define('batch_size', 8, 'Batch size (for partitioning by FLOPs).')
     p.Define('seq_len', 64, 'Sequence length.')
-    p.Define('pipeline', gpipe.PipeliningLayer.Params(), 'PipeliningLayer '
-             'params: num_partitions or splits, num_micro_batches, remat, '
-             'devices. Its layers are filled in from the params above.')
     return p
 
   @classmethod
@@ -207,7 +213,7 @@ class GPipeTransformerStack(_PipelinedModel):
                      loss=WeightedLoss(per_token, weights))
 
 
-class GPipeConvNetClassifier(_PipelinedModel):
+class GPipeConvNetClassifier(PipelinedModel):
   """A pipelined sequential image classifier: `layers` map NHWC images to
   logits [batch, num_classes] and are split into cells; labels travel with
   the activations and the last cell takes the softmax cross entropy.
@@ -224,7 +230,6 @@ class GPipeConvNetClassifier(_PipelinedModel):
     p.Define('num_classes', 10, 'Number of classes.')
     p.Define('input_shape', None, 'Image batch shape [batch, h, w, c].')
     p.Define('label_smoothing', 0.0, 'Label smoothing.')
-    p.Define('pipeline', gpipe.PipeliningLayer.Params(), 'PipeliningLayer params.')
     return p
 
   @classmethod
