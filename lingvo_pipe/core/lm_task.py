@@ -26,14 +26,7 @@ class LanguageModelTask(base_layer.BaseLayer):
 
   def FProp(self, theta: NestedMap, batch: NestedMap) -> NestedMap:
     out = self.stack.FProp(theta.stack, batch.ids, batch.paddings, batch.labels)
-    weights = out.weights
-    num_tokens = tf.reduce_sum(weights)
-    correct = tf.cast(tf.equal(tf.argmax(out.logits, -1, output_type=tf.int32),
-                               batch.labels), weights.dtype)
-    xent = tf.reduce_sum(out.per_token_loss * weights) / tf.maximum(num_tokens, 1.0)
-    return NestedMap(loss=out.loss, bits_per_byte=xent / math.log(2.0),
-                     accuracy=tf.reduce_sum(correct * weights) / tf.maximum(num_tokens, 1.0),
-                     num_tokens=num_tokens)
+    return TokenMetrics(out, batch.labels)
 
   def Sample(self, theta: NestedMap, prompt: tf.Tensor, num_steps: int,
              temperature: float = 0.8, seed: int = 0) -> tf.Tensor:
@@ -55,3 +48,16 @@ class LanguageModelTask(base_layer.BaseLayer):
       window = tf.concat([window[:, 1:], nxt], axis=1)
     return tf.concat(samples, axis=1)
 
+
+def TokenMetrics(out: NestedMap, labels: tf.Tensor) -> NestedMap:
+  """Metrics of a stack's NestedMap(logits, per_token_loss, weights, loss):
+  loss, bits per token (byte), next-token accuracy and num_tokens, the
+  weight of the means."""
+  weights = out.weights
+  num_tokens = tf.reduce_sum(weights)
+  correct = tf.cast(tf.equal(tf.argmax(out.logits, -1, output_type=tf.int32), labels),
+                    weights.dtype)
+  xent = tf.reduce_sum(out.per_token_loss * weights) / tf.maximum(num_tokens, 1.0)
+  return NestedMap(loss=out.loss, bits_per_byte=xent / math.log(2.0),
+                   accuracy=tf.reduce_sum(correct * weights) / tf.maximum(num_tokens, 1.0),
+                   num_tokens=num_tokens)
