@@ -22,37 +22,43 @@ from lingvo_pipe.core.nested_map import NestedMap
 
 
 class CarryLayer(base_layer.BaseLayer):
-  """Applies `body` to the first `num_body_inputs` inputs; the body's output
-  replaces the first input and all other inputs pass through unchanged."""
+  """Applies `body` to the first `num_body_inputs` inputs; the body's
+  outputs replace the first `num_replaced_inputs` inputs and all other
+  inputs pass through unchanged."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
     p = super().Params()
-    p.Define('body', None, 'Params of the wrapped layer (one output).')
+    p.Define('body', None, 'Params of the wrapped layer.')
     p.Define('num_body_inputs', 1, 'How many leading inputs the body takes.')
+    p.Define('num_replaced_inputs', 1, 'How many leading inputs the body\'s '
+             'outputs replace.')
     return p
 
   def __init__(self, params: hyperparams.Params) -> None:
     super().__init__(params)
-    if self.params.body is None or self.params.num_body_inputs < 1:
-      raise ValueError(f'CarryLayer {self.params.name!r} needs p.body and '
-                       f'num_body_inputs >= 1 (got {self.params.num_body_inputs}).')
-    self.CreateChild('body', self.params.body)
+    p = self.params
+    if p.body is None or p.num_body_inputs < 1 or p.num_replaced_inputs < 0:
+      raise ValueError(f'CarryLayer {p.name!r} needs p.body, num_body_inputs '
+                       f'>= 1 and num_replaced_inputs >= 0 (got '
+                       f'{p.num_body_inputs}, {p.num_replaced_inputs}).')
+    self.CreateChild('body', p.body)
 
   def FProp(self, theta: NestedMap, *inputs: Any) -> tuple:
     return self.FPropWithUpdates(theta, *inputs)[0]
 
   def FPropWithUpdates(self, theta: NestedMap, *inputs: Any) -> Tuple[tuple, NestedMap]:
-    n = self.params.num_body_inputs
-    out, updates = self.body.FPropWithUpdates(theta.body, *inputs[:n])
-    return (out,) + tuple(inputs[1:]), NestedMap(body=updates)
+    p = self.params
+    out, updates = self.body.FPropWithUpdates(theta.body, *inputs[:p.num_body_inputs])
+    outputs = out if isinstance(out, tuple) else (out,)
+    return outputs + tuple(inputs[p.num_replaced_inputs:]), NestedMap(body=updates)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     body = params.body.cls.FPropMeta(params.body, *input_shapes[:params.num_body_inputs])
-    return layer_meta.LayerMeta(
-        body.out_shapes[:1] + tuple(tf.TensorShape(s) for s in input_shapes[1:]),
-        body.flops, body.param_bytes, body.act_bytes)
+    rest = tuple(tf.TensorShape(s) for s in input_shapes[params.num_replaced_inputs:])
+    return layer_meta.LayerMeta(tuple(body.out_shapes) + rest, body.flops,
+                                body.param_bytes, body.act_bytes)
 
 
 def _Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
@@ -226,7 +232,8 @@ class GPipeConvNetClassifier(PipelinedModel):
   def Params(cls) -> hyperparams.InstantiableParams:
     p = super().Params()
     p.Define('layers', [], 'Layer params from images to [batch, num_classes] '
-             'features (one input, one output each).')
+             'logits: single-tensor layers, or CarryLayers for layers that '
+             'carry more state (the labels always travel last).')
     p.Define('num_classes', 10, 'Number of classes.')
     p.Define('input_shape', None, 'Image batch shape [batch, h, w, c].')
     p.Define('label_smoothing', 0.0, 'Label smoothing.')
@@ -238,7 +245,8 @@ class GPipeConvNetClassifier(PipelinedModel):
       raise ValueError(f'GPipeConvNetClassifier {p.name!r} needs p.layers '
                        f'({len(p.layers)} given) and p.input_shape '
                        f'({p.input_shape}).')
-    layers = [CarryLayer.Params().Set(name=lp.name or f'layer_{i}', body=lp)
+    layers = [lp if lp.cls is CarryLayer else
+              CarryLayer.Params().Set(name=lp.name or f'layer_{i}', body=lp)
               for i, lp in enumerate(p.layers)]
     layers.append(CarryLayer.Params().Set(
         name='xent', num_body_inputs=2, body=_XentLayer.Params().Set(
