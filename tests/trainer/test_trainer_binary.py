@@ -85,3 +85,18 @@ def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
   assert 'Traceback' not in result.stderr
   lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_params_file_override_then_flag_override(tmp_path):
+  overrides = tmp_path / 'overrides.txt'
+  overrides.write_text('# a comment\ntrainer.max_steps : 7\ntrainer.seed : 5\n')
+  text = _Run('--model=' + TINY, '--mode=inspect_params',
+              f'--model_params_file_override={overrides}',
+              '--model_params_override=trainer.seed=9').stdout
+  assert 'trainer.max_steps : 7\n' in text and 'trainer.seed : 9\n' in text
+
+
+def test_every_experiment_prints_params_and_plan():
+  for model in ('lm.StdlibBytesGPipe', 'mt.ReverseBytesGPipe', 'image.AmoebaNetDCifarGPipe'):
+    assert 'task.' in _Run(f'--model={model}', '--mode=inspect_params').stdout
+    assert 'K=4 cells' in _Run(f'--model={model}', '--mode=inspect_model').stdout
