@@ -1,0 +1,255 @@
+"""Pure analysis of benchmark runs: medians, ratios, targets, markdown tables.
+
+No TensorFlow and no processes here: every function takes the JSON objects
+that the benchmark programs printed (or canned ones, in tests).
+
+A section's data is {config name: {'config': {...}, 'command': str,
+'runs': [JSON per run]}}; 'config' holds workload, k, m, remat, threads and
+baseline, so nothing is parsed out of names.
+"""
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Tuple
+
+from benchmarks.runner import Fmt, MarkdownTable, Median, Ratio
+
+MB = 2**20
+ONE_PER_DEVICE = 'one_per_device'
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """A goal such as 'step time ours/peer <= 0.35' and whether it is met."""
+  name: str
+  value: Optional[float]
+  limit: float
+  at_least: bool = False  # True: value >= limit passes; False: value <= limit
+
+  @property
+  def passed(self) -> Optional[bool]:
+    if self.value is None:
+      return None
+    return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+  def Row(self) -> List[str]:
+    verdict = {True: 'PASS', False: 'FAIL', None: 'no data'}[self.passed]
+    op = '>=' if self.at_least else '<='
+    return [self.name, Fmt(self.value, '.3f'), f'{op} {self.limit:g}', verdict]
+
+
+def RenderTargets(targets: List[Target]) -> str:
+  return MarkdownTable(['target', 'measured', 'goal', 'result'],
+                       [t.Row() for t in targets])
+
+
+def _Mb(num_bytes: Optional[float]) -> Optional[float]:
+  return None if num_bytes is None else num_bytes / MB
+
+
+def Medians(section: Dict[str, dict], key: str) -> Dict[str, Optional[float]]:
+  return {name: Median(entry['runs'], key) for name, entry in section.items()}
+
+
+# --- ours vs the Lingvo peer ----------------------------------------------
+
+def PeerFirstStep(run: dict) -> Optional[float]:
+  """The peer's time to first step: graph build plus the first sess.run."""
+  if 'error' in run or run.get('first_step_s') is None:
+    return None
+  return run.get('graph_build_s', 0.0) + run['first_step_s']
+
+
+def CompareRows(ours: Dict[str, dict], peer: Dict[str, dict]) -> List[dict]:
+  """One row per config present in both: medians and ratios ours/peer."""
+  rows = []
+  for name in ours:
+    if name not in peer:
+      continue
+    o_runs, p_runs = ours[name]['runs'], peer[name]['runs']
+    peer_first = [{'first': PeerFirstStep(r)} for r in p_runs]
+    row = dict(name=name, config=ours[name]['config'],
+               ours_step=Median(o_runs, 'step_s_median'),
+               peer_step=Median(p_runs, 'step_s_median'),
+               ours_first=Median(o_runs, 'first_step_s'),
+               peer_first=Median(peer_first, 'first'),
+               ours_peak_mb=_Mb(Median(o_runs, 'bfc_peak_bytes')),
+               peer_peak_mb=Median(p_runs, 'bfc_peak_mb'))
+    for what in ('step', 'first', 'peak_mb'):
+      row[f'{what}_ratio'] = Ratio(row[f'ours_{what}'], row[f'peer_{what}'])
+    rows.append(row)
+  return rows
+
+
+def CompareTargets(rows: List[dict]) -> List[Target]:
+  """The issue's goals for the comparison with Lingvo."""
+  by_name = {r['name']: r for r in rows}
+  targets = []
+  for r in rows:
+    if r['config'].get('baseline'):
+      continue
+    targets.append(Target(f"{r['name']}: step time ours/peer", r['step_ratio'], 0.35))
+    targets.append(Target(f"{r['name']}: first step ours/peer", r['first_ratio'], 1.0))
+  m4, m16 = by_name.get('ffn_K4_M4'), by_name.get('ffn_K4_M16')
+  if m4 and m16:
+    targets.append(Target('ours: first step ffn K=4 M=16 / M=4',
+                          Ratio(m16['ours_first'], m4['ours_first']), 1.5))
+  if m16:
+    targets.append(Target('ffn K=4 M=16: allocator peak ours/peer',
+                          m16['peak_mb_ratio'], 0.5))
+  return targets
+
+
+def RenderComparison(rows: List[dict]) -> str:
+  headers = ['config', 'step s ours', 'step s peer', 'ours/peer',
+             'first step s ours', 'first step s peer', 'ours/peer',
+             'BFC peak MB ours', 'BFC peak MB peer', 'ours/peer']
+  body = [[r['name'], Fmt(r['ours_step']), Fmt(r['peer_step']),
+           Fmt(r['step_ratio'], '.2f', 'x'), Fmt(r['ours_first'], '.1f'),
+           Fmt(r['peer_first'], '.1f'), Fmt(r['first_ratio'], '.2f', 'x'),
+           Fmt(r['ours_peak_mb'], '.0f'), Fmt(r['peer_peak_mb'], '.0f'),
+           Fmt(r['peak_mb_ratio'], '.2f', 'x')] for r in rows]
+  return MarkdownTable(headers, body)
+
+
+# --- paper tables ------------------------------------------------------------
+
+def _Find(section: Dict[str, dict], **want) -> Optional[str]:
+  for name, entry in section.items():
+    if all(entry['config'].get(k) == v for k, v in want.items()):
+      return name
+  return None
+
+
+def IdealSpeedup(k: int, m: int) -> float:
+  """GPipe's bubble-limited speedup K*M/(M+K-1)."""
+  return k * m / (m + k - 1)
+
+
+def SpeedupRows(section: Dict[str, dict]) -> List[dict]:
+  """Step time per (workload, threads, K, M), normalized to K=1 at the same
+  M and to the unpipelined baseline with the same thread setting."""
+  steps = Medians(section, 'step_s_median')
+  rows = []
+  for name, entry in section.items():
+    c = entry['config']
+    if c.get('baseline'):
+      continue
+    k1 = _Find(section, workload=c['workload'], threads=c['threads'], k=1,
+               m=c['m'], baseline=False)
+    base = _Find(section, workload=c['workload'], threads=c['threads'], baseline=True)
+    rows.append(dict(
+        name=name, workload=c['workload'], threads=c['threads'], k=c['k'],
+        m=c['m'], step=steps[name],
+        speedup_vs_k1=Ratio(steps.get(k1), steps[name]),
+        speedup_vs_baseline=Ratio(steps.get(base), steps[name]),
+        ideal=IdealSpeedup(c['k'], c['m'])))
+  return sorted(rows, key=lambda r: (r['workload'], r['threads'], r['m'], r['k']))
+
+
+def SpeedupTargets(rows: List[dict]) -> List[Target]:
+  hit = [r for r in rows if r['threads'] == ONE_PER_DEVICE and r['k'] == 2
+         and r['m'] == 16 and r['workload'] == 'ffn']
+  if not hit:
+    return []
+  return [Target('ffn K=2 M=16, one thread per device: speedup vs K=1',
+                 hit[0]['speedup_vs_k1'], 1.7, at_least=True)]
+
+
+def RenderSpeedup(rows: List[dict]) -> str:
+  headers = ['workload', 'threads', 'K', 'M', 'step s', 'speedup vs K=1',
+             'speedup vs baseline', 'ideal K·M/(M+K−1)']
+  return MarkdownTable(headers, [
+      [r['workload'], r['threads'], r['k'], r['m'], Fmt(r['step']),
+       Fmt(r['speedup_vs_k1'], '.2f', 'x'), Fmt(r['speedup_vs_baseline'], '.2f', 'x'),
+       f"{r['ideal']:.2f}x"] for r in rows])
+
+
+def MemoryRows(section: Dict[str, dict],
+               predicted: Optional[Dict[str, Optional[float]]] = None) -> List[dict]:
+  """Peak and step time per (K, M, remat), relative to K=1 M=1 remat none.
+
+  Args:
+    section: the memory section's data.
+    predicted: optional config name -> planner-predicted peak bytes.
+  """
+  peaks = Medians(section, 'bfc_peak_bytes')
+  steps = Medians(section, 'step_s_median')
+  ref = _Find(section, k=1, m=1, remat='none')
+  rows = []
+  for name, entry in section.items():
+    c = entry['config']
+    pred = (predicted or {}).get(name)
+    rows.append(dict(
+        name=name, k=c['k'], m=c['m'], remat=c['remat'],
+        peak_mb=_Mb(peaks[name]), predicted_mb=_Mb(pred),
+        peak_vs_ref=Ratio(peaks[name], peaks.get(ref)),
+        step=steps[name], step_vs_ref=Ratio(steps[name], steps.get(ref))))
+  return sorted(rows, key=lambda r: (r['k'], r['m'], r['remat']))
+
+
+def MemoryTargets(rows: List[dict]) -> List[Target]:
+  hit = [r for r in rows if (r['k'], r['m'], r['remat']) == (1, 8, 'per_cell')]
+  if not hit:
+    return []
+  return [Target('K=1 M=8 per_cell: peak / (M=1 none)', hit[0]['peak_vs_ref'], 0.35),
+          Target('K=1 M=8 per_cell: step time / (M=1 none)', hit[0]['step_vs_ref'], 1.35)]
+
+
+def RenderMemory(rows: List[dict]) -> str:
+  headers = ['K', 'M', 'remat', 'BFC peak MB', 'predicted MB',
+             'peak vs K=1 M=1 none', 'step s', 'step vs K=1 M=1 none']
+  return MarkdownTable(headers, [
+      [r['k'], r['m'], r['remat'], Fmt(r['peak_mb'], '.0f'), Fmt(r['predicted_mb'], '.0f'),
+       Fmt(r['peak_vs_ref'], '.2f', 'x'), Fmt(r['step']), Fmt(r['step_vs_ref'], '.2f', 'x')]
+      for r in rows])
+
+
+def LargestFitting(lo: int, hi: int, fits: Callable[[int], bool]
+                   ) -> Tuple[Optional[int], List[int]]:
+  """Largest n in [lo, hi] with fits(n), assuming fits is monotone
+  (true up to some n, false above). Returns (n or None, the n probed).
+
+  Raises:
+    ValueError: if the range is empty.
+  """
+  if not 1 <= lo <= hi:
+    raise ValueError(f'need 1 <= lo ({lo}) <= hi ({hi}).')
+  probed = []
+
+  def Probe(n: int) -> bool:
+    probed.append(n)
+    return fits(n)
+
+  if not Probe(lo):
+    return None, probed
+  good, bad = lo, hi + 1
+  while bad - good > 1:
+    mid = (good + bad) // 2
+    if Probe(mid):
+      good = mid
+    else:
+      bad = mid
+  return good, probed
+
+
+def RenderCapacity(capacity: dict) -> str:
+  headers = ['remat', f"largest L within {capacity['budget_mb']} MB",
+             'BFC peak MB at that L', 'layers probed (peak MB)']
+  rows = []
+  for policy, entry in capacity['policies'].items():
+    peak_mb = {p['num_layers']: _Mb(p.get('bfc_peak_bytes')) for p in entry['probes']}
+    probes = ', '.join(f'{n} ({Fmt(mb, ".0f")})' for n, mb in peak_mb.items())
+    rows.append([policy, entry['largest'] or 'none',
+                 Fmt(peak_mb.get(entry['largest']), '.0f'), probes])
+  return MarkdownTable(headers, rows)
+
+
+def OverheadTargets(section: Dict[str, dict]) -> Tuple[str, List[Target]]:
+  """Wrapper overhead: PipeliningLayer K=1 M=1 remat none vs the baseline."""
+  steps = Medians(section, 'step_s_median')
+  wrapped = _Find(section, baseline=False)
+  base = _Find(section, baseline=True)
+  ratio = Ratio(steps.get(wrapped), steps.get(base))
+  table = MarkdownTable(['config', 'step s'], [
+      [name, Fmt(steps[name])] for name in section])
+  return table, [Target('ffn K=1 M=1 none / baseline step time', ratio, 1.05)]
