@@ -1,0 +1,345 @@
+"""Pipeline timeline: per-device busy intervals of one step, from a TF profile.
+
+What TensorFlow 2.21's CPU profiler records for a pipelined step (host plane
+'/host:CPU' of the .xplane.pb, one line per thread), and how it is read here:
+
+- No function names and no device on events. A call of a traced function is
+  a 'FunctionRun' event nested (same thread, in time) in 'PartitionedCallOp',
+  in 'ExecutorState::ProcessAsync::Start' (stat 'name': the caller's node),
+  in 'ExecutorState::Process' of the calling executor (stats 'id': step id,
+  '_c': flow id of the executor, i.e. one device partition of the graph).
+  FunctionRun's 'id' is the step id of the call's own executor.
+- Every kernel of a function body is an event '<node name>:<op type>' nested
+  in an 'ExecutorState::Process' event whose 'id' is that call's step id.
+- '_Send' kernels carry 'key' = '<src device>;...;<dst device>;...', which
+  names the device of the partition that sends.
+
+So: cell calls are the outermost PartitionedCall function calls; calls are
+grouped by the partition (device) that made them, cells are ordered by their
+first call (cell k+1 waits for cell k's first output), and on each device the
+first M calls are the forwards of micro-batches 0..M-1 and the last M the
+backwards of micro-batches M-1..0 (the GPipe order). In a backward call, the
+ops named like ops of the cell's forward are its recomputation: the backward
+function retraces the forward first, so those names coincide; gradient ops
+get other names (only some carry a 'gradient_tape/' prefix).
+"""
+
+import dataclasses
+import enum
+import glob
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from lingvo_pipe.core import schedule
+
+
+class Phase(enum.Enum):
+  """What a device does for one (cell, micro-batch)."""
+  FORWARD = 'forward'
+  RECOMPUTE = 'recompute'
+  BACKWARD = 'backward'
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+  """Cell `cell` on `device` runs `phase` of `micro_batch` in [start, end)."""
+  cell: int
+  device: str
+  micro_batch: int
+  phase: Phase
+  start_us: float
+  end_us: float
+
+
+@dataclasses.dataclass
+class _Event:
+  """One trace event on one thread; `parent` is the event enclosing it."""
+  start_ps: int
+  end_ps: int
+  name: str
+  stats: Dict[str, Any]
+  parent: Optional['_Event'] = None
+
+  def Ancestor(self, name: str) -> Optional['_Event']:
+    event = self.parent
+    while event is not None and event.name != name:
+      event = event.parent
+    return event
+
+
+@dataclasses.dataclass
+class _Call:
+  """One outermost function call: who made it and what ran in it."""
+  run: _Event
+  partition: int  # flow id of the calling executor
+  events: List[_Event] = dataclasses.field(default_factory=list)
+
+  def Span(self) -> Tuple[int, int]:
+    return (min(e.start_ps for e in self.events),
+            max(e.end_ps for e in self.events))
+
+  def Ops(self) -> List[Tuple[str, _Event]]:
+    return [(e.name.split(':')[0], e) for e in self.events if _IsOp(e)]
+
+
+_PROCESS = 'ExecutorState::Process'
+
+
+def Profile(step_fn: Callable[[], Any], logdir: str, warmup: int = 1) -> str:
+  """Runs `step_fn` `warmup` times, then once under the TF profiler.
+
+  Args:
+    step_fn: runs one training step (e.g. `lambda: step(x)` of a tf.function).
+    logdir: the profile goes to logdir/plugins/profile/<run>/ (TensorBoard's
+      layout).
+    warmup: unprofiled calls first, so tracing is not in the profile.
+
+  Returns:
+    The path of the .xplane.pb written.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for _ in range(warmup):
+    _Materialize(tf, step_fn())
+  tf.profiler.experimental.start(logdir)
+  try:
+    _Materialize(tf, step_fn())
+  finally:
+    tf.profiler.experimental.stop()
+  paths = glob.glob(os.path.join(logdir, 'plugins', 'profile', '*', '*.xplane.pb'))
+  if not paths:
+    raise ValueError(f'The profiler wrote no .xplane.pb under {logdir!r}.')
+  return max(paths, key=os.path.getmtime)
+
+
+def _Materialize(tf: Any, outputs: Any) -> None:
+  """Waits for the step's results (a no-op for synchronous eager calls)."""
+  tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
+
+
+def LoadTrace(path: str) -> Any:
+  """Reads an .xplane.pb into an XSpace proto (TensorFlow's own xplane_pb2)."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  space = xplane_pb2.XSpace()
+  with open(path, 'rb') as f:
+    space.ParseFromString(f.read())
+  return space
+
+
+def Intervals(space: Any) -> List[Interval]:
+  """The pipeline's busy intervals in one profiled step, sorted by start.
+
+  Args:
+    space: an XSpace (see LoadTrace) of exactly one pipelined training step.
+
+  Returns:
+    Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
+    by a RECOMPUTE one when the backward reran forward ops; times in
+    microseconds from the start of the first cell call.
+
+  Raises:
+    ValueError: no cell calls in the trace, or calls that do not form one
+      GPipe step (a device with an odd number of calls, cells with different
+      numbers of micro-batches, a backward without gradient ops).
+  """
+  events = _HostEvents(space)
+  calls = _OutermostCalls(events)
+  if not calls:
+    raise ValueError('The trace has no pipeline cell events (no function calls '
+                     'made by PartitionedCall ops); profile a step of a '
+                     'PipeliningLayer whose cells are not inlined.')
+  by_partition: Dict[int, List[_Call]] = {}
+  for call in sorted(calls, key=lambda c: c.Span()[0]):
+    by_partition.setdefault(call.partition, []).append(call)
+  devices = _PartitionDevices(events)
+  counts = {len(c) for c in by_partition.values()}
+  if len(counts) != 1 or counts.pop() % 2:
+    raise ValueError(f'Cell calls per device are {[len(c) for c in by_partition.values()]}; '
+                     'one GPipe step has 2*M on every device. Profile exactly '
+                     'one step (steps_per_loop=1).')
+  origin = min(c.Span()[0] for c in calls)
+  intervals: List[Interval] = []
+  for k, (partition, cell_calls) in enumerate(by_partition.items()):
+    device = devices.get(partition, f'partition {k}')
+    intervals += _CellIntervals(k, device, cell_calls, origin)
+  return sorted(intervals, key=lambda i: (i.start_us, i.cell))
+
+
+def _CellIntervals(cell: int, device: str, calls: Sequence[_Call],
+                   origin_ps: int) -> List[Interval]:
+  num_micro = len(calls) // 2
+  forwards, backwards = calls[:num_micro], calls[num_micro:]
+  forward_ops = {name for call in forwards for name, _ in call.Ops()}
+
+  def Us(ps: int) -> float:
+    return (ps - origin_ps) / 1e6
+
+  out = []
+  for m, call in enumerate(forwards):
+    start, end = call.Span()
+    out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end)))
+  for i, call in enumerate(backwards):
+    m, (start, end) = num_micro - 1 - i, call.Span()
+    ops = call.Ops()
+    if all(name in forward_ops for name, _ in ops):
+      raise ValueError(f'Call {num_micro + i} of cell {cell} ({device}) runs '
+                       'no gradient op; the trace is not one GPipe step.')
+    recomputed = [e.end_ps for name, e in ops
+                  if name in forward_ops and not name.startswith('gradient_tape/')]
+    if recomputed:
+      split = max(recomputed)
+      out.append(Interval(cell, device, m, Phase.RECOMPUTE, Us(start), Us(split)))
+      start = split
+    out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end)))
+  return out
+
+
+def _HostEvents(space: Any) -> List[_Event]:
+  """The host plane's events, each linked to the event enclosing it."""
+  planes = [p for p in space.planes if p.name == '/host:CPU']
+  if not planes:
+    raise ValueError(f'No /host:CPU plane in the trace (planes: '
+                     f'{[p.name for p in space.planes]}).')
+  plane = planes[0]
+  stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+  events = []
+  for line in plane.lines:
+    base = line.timestamp_ns * 1000
+    on_line = []
+    for e in line.events:
+      stats = {}
+      for s in e.stats:
+        kind = s.WhichOneof('value')
+        value = getattr(s, kind)
+        stats[stat_names[s.metadata_id]] = (stat_names[value] if kind == 'ref_value'
+                                            else value)
+      start = base + e.offset_ps
+      on_line.append(_Event(start, start + e.duration_ps,
+                            plane.event_metadata[e.metadata_id].name, stats))
+    _Nest(on_line)
+    events += on_line
+  return events
+
+
+def _Nest(events: List[_Event]) -> None:
+  """Sets `parent` of events of one thread from their time containment."""
+  events.sort(key=lambda e: (e.start_ps, -e.end_ps))
+  stack: List[_Event] = []
+  for event in events:
+    while stack and stack[-1].end_ps < event.end_ps:
+      stack.pop()
+    event.parent = stack[-1] if stack else None
+    stack.append(event)
+
+
+def _IsOp(event: _Event) -> bool:
+  """A kernel event '<node>:<type>', run directly by an executor."""
+  return (event.parent is not None and event.parent.name == _PROCESS
+          and ':' in event.name and '::' not in event.name)
+
+
+def _OutermostCalls(events: List[_Event]) -> List[_Call]:
+  """Function calls made by PartitionedCall ops that no such call contains,
+  each with every event of its executor and of the calls nested in it."""
+  runs: Dict[int, Tuple[_Event, int, int]] = {}  # step id -> run, caller id, flow
+  for e in events:
+    caller = e.Ancestor(_PROCESS)
+    if e.name == 'FunctionRun' and e.Ancestor('PartitionedCallOp') and caller:
+      runs[e.stats['id']] = (e, caller.stats['id'], caller.stats['_c'])
+
+  def Root(step_id: int) -> int:
+    while runs[step_id][1] in runs:
+      step_id = runs[step_id][1]
+    return step_id
+
+  calls = {i: _Call(run, flow) for i, (run, caller, flow) in runs.items()
+           if caller not in runs}
+  for e in events:
+    owner = e.stats.get('id')
+    if owner is None or e.name not in (_PROCESS, 'FunctionRun', 'ExecutorDoneCallback'):
+      process = e.Ancestor(_PROCESS)
+      owner = process.stats.get('id') if process else None
+    if owner in runs:
+      calls[Root(owner)].events.append(e)
+  return list(calls.values())
+
+
+def _PartitionDevices(events: List[_Event]) -> Dict[int, str]:
+  """Device name per executor flow id, from the keys of the _Send it ran."""
+  devices = {}
+  for e in events:
+    if e.name.endswith(':_Send') and 'key' in e.stats and e.parent is not None:
+      devices[e.parent.stats.get('_c')] = str(e.stats['key']).split(';')[0]
+  return devices
+
+
+def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
+  """(K, M) of the step the intervals come from."""
+  cells = {i.cell for i in intervals}
+  micro = {i.micro_batch for i in intervals}
+  return len(cells), len(micro)
+
+
+def BubbleFraction(intervals: Sequence[Interval]) -> float:
+  """Idle share of the cells' devices between the first call's start and the
+  last call's end: 1 - busy time / (K * span)."""
+  if not intervals:
+    raise ValueError('No intervals: nothing to measure a bubble on.')
+  start = min(i.start_us for i in intervals)
+  span = max(i.end_us for i in intervals) - start
+  busy = 0.0
+  by_cell: Dict[int, List[Tuple[float, float]]] = {}
+  for i in intervals:
+    by_cell.setdefault(i.cell, []).append((i.start_us, i.end_us))
+  for spans in by_cell.values():
+    end = start
+    for lo, hi in sorted(spans):
+      busy += max(0.0, hi - max(lo, end))
+      end = max(end, hi)
+  return 1.0 - busy / (len(by_cell) * span) if span > 0 else 0.0
+
+
+def Summary(intervals: Sequence[Interval]) -> str:
+  """One line: K, M, measured bubble and the theoretical (K-1)/(M+K-1)."""
+  k, m = NumCellsAndMicroBatches(intervals)
+  return (f'K={k} M={m} bubble: measured {BubbleFraction(intervals):.3f}, '
+          f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+
+
+def WriteChromeTrace(intervals: Sequence[Interval], path: str) -> None:
+  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
+  events: List[Dict[str, Any]] = []
+  for cell, device in sorted({(i.cell, i.device) for i in intervals}):
+    events.append(dict(ph='M', name='thread_name', pid=0, tid=cell,
+                       args=dict(name=f'cell_{cell} ({device})')))
+  for i in intervals:
+    events.append(dict(
+        ph='X', name=f'{i.phase.value[0].upper()}{i.micro_batch}', cat=i.phase.value,
+        ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
+        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
+  with open(path, 'w') as f:
+    json.dump(dict(traceEvents=events, displayTimeUnit='ms',
+                   otherData=dict(summary=Summary(intervals))), f)
+
+
+def WriteGantt(intervals: Sequence[Interval], path: str) -> None:
+  """Writes a PNG Gantt chart, one row per cell (see gantt.Draw)."""
+  from lingvo_pipe.core import gantt  # pylint: disable=g-import-not-at-top
+  gantt.Draw(intervals, path, title=f'GPipe step timeline: {Summary(intervals)}')
+
+
+def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1) -> str:
+  """Profiles one step and writes out_dir/timeline.json and timeline.png.
+
+  Args:
+    step_fn: runs one training step (see Profile).
+    out_dir: where the profile, timeline.json and timeline.png go.
+    warmup: unprofiled calls of step_fn first.
+
+  Returns:
+    The Summary line (K, M, measured and theoretical bubble).
+  """
+  intervals = Intervals(LoadTrace(Profile(step_fn, out_dir, warmup)))
+  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'))
+  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'))
+  return Summary(intervals)
