@@ -7,7 +7,10 @@ import tensorflow as tf
 from lingvo_pipe.core import cluster
 from lingvo_pipe.core import gpipe
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import planner
 from lingvo_pipe.core import schedule
+
+DEFAULT_BUDGET_BYTES = 1 << 30  # memory of each device for the planner table
 
 
 def _Pipelines(params: Any, path: str = '') -> Iterator[tuple]:
@@ -31,9 +34,38 @@ def _Human(n: float) -> str:
   return f'{n:.1f}P'
 
 
-def ModelPlan(task_params: hyperparams.Params) -> str:
+def _Around(n: int) -> List[int]:
+  return sorted({max(n // 2, 1), n, 2 * n})
+
+
+def _PlannerTable(p: hyperparams.Params, budget_bytes: int,
+                  optimizer_slots: int) -> List[str]:
+  """The planner's candidates around the configured K and M, every remat."""
+  if not p.layers or p.input_shapes is None:
+    return ['  planner: needs the automatic partition (layers and input_shapes).']
+  batch = tf.TensorShape(p.input_shapes[0])[p.batch_dim]
+  num_micro = batch // p.micro_batch_size if p.micro_batch_size else p.num_micro_batches
+  num_cells = len(gpipe.CellParams(p))
+  rows = planner.Plan(p.layers, p.input_shapes, budget_bytes,
+                      cells=_Around(num_cells), micro_batches=_Around(num_micro),
+                      optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
+                      cost=p.cost)
+  best = planner.Recommend(rows)
+  verdict = (f'K={best.num_cells} M={best.num_micro_batches} remat '
+             f'{best.remat.name}' if best else 'none fits')
+  return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
+          f'{optimizer_slots} optimizer slot(s); per row the device with the '
+          f'largest peak; recommended (*): {verdict}',
+          planner.FormatTable(rows)]
+
+
+def ModelPlan(task_params: hyperparams.Params,
+              budget_bytes: int = DEFAULT_BUDGET_BYTES,
+              optimizer_slots: int = 0) -> str:
   """Per pipeline: per cell its layers, parameters, FLOPs, activation bytes
-  and device, from the layers' metadata (nothing is built)."""
+  and device, from the layers' metadata (nothing is built); then the
+  planner's table of candidate K, M and remat for `budget_bytes` per device
+  (planner.Plan, with `optimizer_slots` slots per parameter)."""
   lines: List[str] = []
   for path, p in _Pipelines(task_params):
     cells = gpipe.CellParams(p)
@@ -57,6 +89,7 @@ def ModelPlan(task_params: hyperparams.Params) -> str:
       else:
         cost = f'{"?":>12} {"?":>8} {"?":>10}'
       lines.append(f'  {k:<5} {device.name:<34} {cost}  {", ".join(names)}')
+    lines.extend(_PlannerTable(p, budget_bytes, optimizer_slots))
   if not lines:
     lines.append('The model has no PipeliningLayer: it runs on one device.')
   return '\n'.join(lines)

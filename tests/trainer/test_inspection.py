@@ -1,0 +1,47 @@
+"""Tests of inspect_model's text: the cell table and the planner's table."""
+
+import re
+
+from lingvo_pipe.core import gpipe
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core.layers import linear
+from trainer import inspection
+
+
+def _Task(num_partitions=2, num_micro_batches=4, **kwargs):
+  layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=64, output_dim=64)
+            for i in range(4)]
+  task = hyperparams.Params()
+  task.Define('pipeline', gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=num_partitions,
+      num_micro_batches=num_micro_batches, input_shapes=[[32, 64]], **kwargs), '')
+  return task
+
+
+def _PlannerRows(text):
+  """(marked, K, M, remat) of each row of the planner's table."""
+  return [(m[1] == '*', m[2], m[3], m[4]) for m in
+          re.finditer(r'^([* ]) +(\d+) +(\d+) (NONE|PER_CELL|PER_LAYER) ', text, re.M)]
+
+
+def test_model_plan_prints_candidates_around_the_configuration():
+  text = inspection.ModelPlan(_Task())
+  assert 'K=2 cells, M=4 micro-batches' in text
+  assert 'budget 1024 MiB per device' in text
+  rows = _PlannerRows(text)
+  assert len(rows) == 3 * 3 * 3
+  assert {(k, m) for _, k, m, _ in rows} == {(k, m) for k in '124' for m in ('2', '4', '8')}
+  assert {remat for *_, remat in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
+  assert [r[0] for r in rows].count(True) == 1
+
+
+def test_model_plan_budget_and_slots():
+  text = inspection.ModelPlan(_Task(), budget_bytes=1000, optimizer_slots=2)
+  assert 'none fits' in text and 'No candidate fits the budget' in text
+  assert '2 optimizer slot(s)' in text
+
+
+def test_model_plan_micro_batch_size():
+  text = inspection.ModelPlan(_Task(num_micro_batches=1, micro_batch_size=4))
+  ms = {m for _, _, m, _ in _PlannerRows(text)}
+  assert ms == {'4', '8', '16'}
