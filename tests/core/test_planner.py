@@ -58,8 +58,8 @@ def test_memory_and_time_by_hand(remat, m):
   assert row.relative_step_time == 2 * _Flops(d, d, mb) * (3 + recompute[remat]) * (m + k - 1)
 
 
-def test_broadcast_inputs_are_not_split():
-  """An input without the batch size reaches every micro-batch whole."""
+def test_one_layer_cell():
+  """Stashed input at N, the layer's activations at N/M, its temporaries."""
   layers = _Stack([8, 8])
   alone = planner.Estimate(layers, [[8, 8]], 1, 4, RematPolicy.PER_CELL)
   assert alone.act_bytes == [_In(8, 8) + 2 * _Act(8, 2)]
