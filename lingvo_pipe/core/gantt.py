@@ -13,7 +13,8 @@ _COLORS = {Phase.FORWARD: '#4c72b0', Phase.RECOMPUTE: '#dd8452',
 
 
 def Draw(intervals: Sequence[Interval], path: str, title: str) -> None:
-  """Draws cell k on row k (top: cell 0), time in ms, micro-batch on bars.
+  """Draws cell k on row k (top: cell 0), time in ms, micro-batches on the
+  forward and backward bars.
 
   Args:
     intervals: from timeline.Intervals.
@@ -33,7 +34,7 @@ def Draw(intervals: Sequence[Interval], path: str, title: str) -> None:
       start, width = i.start_us / 1e3, (i.end_us - i.start_us) / 1e3
       ax.broken_barh([(start, width)], (i.cell - 0.4, 0.8),
                      facecolors=_COLORS[i.phase], edgecolors='white', linewidth=0.5)
-      if width > end_ms / 80:
+      if i.phase != Phase.RECOMPUTE and width > end_ms / 80:
         ax.text(start + width / 2, i.cell, str(i.micro_batch), ha='center',
                 va='center', fontsize=7, color='white')
     ax.set_yticks([c for c, _ in cells])
@@ -44,7 +45,8 @@ def Draw(intervals: Sequence[Interval], path: str, title: str) -> None:
     ax.set_xlabel('time since the first cell call (ms)')
     ax.set_title(title, fontsize=9)
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()],
-              labels=[p.value for p in _COLORS], loc='upper right', fontsize=7)
+              labels=[p.value for p in _COLORS], loc='upper left',
+              bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
   finally:

@@ -72,7 +72,8 @@ class _Event:
 class _Call:
   """One outermost function call: who made it and what ran in it."""
   run: _Event
-  partition: int  # flow id of the calling executor
+  step: int  # step id of the calling executor
+  partition: int  # flow id of the calling executor (one device's partition)
   events: List[_Event] = dataclasses.field(default_factory=list)
 
   def Span(self) -> Tuple[int, int]:
@@ -139,8 +140,8 @@ def Intervals(space: Any) -> List[Interval]:
 
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
-      GPipe step (a device with an odd number of calls, cells with different
-      numbers of micro-batches, a backward without gradient ops).
+      GPipe step (several steps, a device whose forward and backward calls differ in
+      number, cells with different numbers of micro-batches).
   """
   events = _HostEvents(space)
   calls = _OutermostCalls(events)
@@ -148,27 +149,48 @@ def Intervals(space: Any) -> List[Interval]:
     raise ValueError('The trace has no pipeline cell events (no function calls '
                      'made by PartitionedCall ops); profile a step of a '
                      'PipeliningLayer whose cells are not inlined.')
+  steps = {c.step for c in calls}
+  if len(steps) > 1:
+    raise ValueError(f'The trace holds {len(steps)} steps with pipeline cell '
+                     'calls; profile exactly one.')
   by_partition: Dict[int, List[_Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)
+  cells = sorted((_SplitPhases(c) for c in by_partition.values()),
+                 key=lambda fb: fb[0][0].Span()[0])
+  if len({len(forwards) for forwards, _ in cells}) != 1:
+    raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
+                     'the cells of one pipeline step run M each.')
   devices = _PartitionDevices(events)
-  counts = {len(c) for c in by_partition.values()}
-  if len(counts) != 1 or counts.pop() % 2:
-    raise ValueError(f'Cell calls per device are {[len(c) for c in by_partition.values()]}; '
-                     'one GPipe step has 2*M on every device. Profile exactly '
-                     'one step (steps_per_loop=1).')
   origin = min(c.Span()[0] for c in calls)
   intervals: List[Interval] = []
-  for k, (partition, cell_calls) in enumerate(by_partition.items()):
-    device = devices.get(partition, f'partition {k}')
-    intervals += _CellIntervals(k, device, cell_calls, origin)
+  for k, (forwards, backwards) in enumerate(cells):
+    device = devices.get(forwards[0].partition, f'partition {k}')
+    intervals += _CellIntervals(k, device, forwards, backwards, origin)
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
-def _CellIntervals(cell: int, device: str, calls: Sequence[_Call],
-                   origin_ps: int) -> List[Interval]:
-  num_micro = len(calls) // 2
-  forwards, backwards = calls[:num_micro], calls[num_micro:]
+def _SplitPhases(calls: List[_Call]) -> Tuple[List[_Call], List[_Call]]:
+  """(forward calls, backward calls) of one device, each in time order.
+
+  The forward function runs the fewest distinct ops (a backward reruns part
+  of it and adds gradient ops); its calls are not always the first ones: a
+  last cell's forward whose outputs no gradient needs may run late.
+  """
+  sizes = [len({name for name, _ in call.Ops()}) for call in calls]
+  forwards = [c for c, n in zip(calls, sizes) if n == min(sizes)]
+  backwards = [c for c, n in zip(calls, sizes) if n != min(sizes)]
+  if len(forwards) != len(backwards):
+    raise ValueError(f'A device ran {len(forwards)} forward and {len(backwards)} '
+                     'backward cell calls; one GPipe step runs M of each: the '
+                     'trace is not one GPipe step (profile exactly one, with '
+                     'steps_per_loop=1).')
+  return forwards, backwards
+
+
+def _CellIntervals(cell: int, device: str, forwards: Sequence[_Call],
+                   backwards: Sequence[_Call], origin_ps: int) -> List[Interval]:
+  num_micro = len(forwards)
   forward_ops = {name for call in forwards for name, _ in call.Ops()}
 
   def Us(ps: int) -> float:
@@ -180,11 +202,7 @@ def _CellIntervals(cell: int, device: str, calls: Sequence[_Call],
     out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end)))
   for i, call in enumerate(backwards):
     m, (start, end) = num_micro - 1 - i, call.Span()
-    ops = call.Ops()
-    if all(name in forward_ops for name, _ in ops):
-      raise ValueError(f'Call {num_micro + i} of cell {cell} ({device}) runs '
-                       'no gradient op; the trace is not one GPipe step.')
-    recomputed = [e.end_ps for name, e in ops
+    recomputed = [e.end_ps for name, e in call.Ops()
                   if name in forward_ops and not name.startswith('gradient_tape/')]
     if recomputed:
       split = max(recomputed)
@@ -252,7 +270,7 @@ def _OutermostCalls(events: List[_Event]) -> List[_Call]:
       step_id = runs[step_id][1]
     return step_id
 
-  calls = {i: _Call(run, flow) for i, (run, caller, flow) in runs.items()
+  calls = {i: _Call(run, caller, flow) for i, (run, caller, flow) in runs.items()
            if caller not in runs}
   for e in events:
     owner = e.stats.get('id')
