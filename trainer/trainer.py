@@ -3,7 +3,9 @@
   python -m trainer.trainer --model=lm.StdlibBytesGPipe --logdir=/tmp/lm \
       --mode=train_and_eval
 
-Modes: train, eval, train_and_eval, inspect_params, inspect_model. User
+Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
+(a pipeline timeline of one training step: logdir/timeline.json for
+Perfetto or chrome://tracing, logdir/timeline.png, the bubble line). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
 """
@@ -23,7 +25,8 @@ flags.DEFINE_string('model', 'lm.StdlibBytesGPipe', 'Registered experiment key '
 flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'eval', 'train_and_eval',
-                                             'inspect_params', 'inspect_model'],
+                                             'inspect_params', 'inspect_model',
+                                             'profile'],
                   'What to do.')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\".")
@@ -129,6 +132,15 @@ def Main(argv) -> None:
   except (FileNotFoundError, ValueError) as e:
     raise _UserError(str(e)) from None
   trainer_obj.Restore()
+  if FLAGS.mode == 'profile':
+    from trainer import profiling  # pylint: disable=g-import-not-at-top
+    try:
+      print(profiling.ProfileOneStep(trainer_obj))
+    except ValueError as e:
+      raise _UserError(str(e)) from None
+    print(f'Timeline: {os.path.join(logdir, "timeline.json")} (Perfetto, '
+          f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}')
+    return
   if FLAGS.mode in ('train', 'train_and_eval'):
     try:
       trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps)
