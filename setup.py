@@ -17,7 +17,8 @@ setuptools.setup(
         'tensorflow>=2.16',  # tested on 2.21.0
         'numpy',
         'absl-py',
-        'tensorboard',  # tf.summary writes through it
+        'tensorboard',  # tf.summary writes through it; TensorBoard shows profiles
+        'matplotlib',  # the timeline's PNG Gantt chart
     ],
     extras_require={'test': ['pytest', 'pytest-xdist']},
     entry_points={
