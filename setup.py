@@ -17,7 +17,7 @@ setuptools.setup(
         'tensorflow>=2.16',  # tested on 2.21.0
         'numpy',
         'absl-py',
-        'tensorboard',  # tf.summary writes through it; TensorBoard shows profiles
+        'tensorboard',  # tf.summary writes through it
         'matplotlib',  # the timeline's PNG Gantt chart
     ],
     extras_require={'test': ['pytest', 'pytest-xdist']},
