@@ -71,7 +71,6 @@ class _Event:
 @dataclasses.dataclass
 class _Call:
   """One outermost function call: who made it and what ran in it."""
-  run: _Event
   step: int  # step id of the calling executor
   partition: int  # flow id of the calling executor (one device's partition)
   events: List[_Event] = dataclasses.field(default_factory=list)
@@ -259,18 +258,18 @@ def _IsOp(event: _Event) -> bool:
 def _OutermostCalls(events: List[_Event]) -> List[_Call]:
   """Function calls made by PartitionedCall ops that no such call contains,
   each with every event of its executor and of the calls nested in it."""
-  runs: Dict[int, Tuple[_Event, int, int]] = {}  # step id -> run, caller id, flow
+  runs: Dict[int, Tuple[int, int]] = {}  # step id -> caller's step id, flow
   for e in events:
     caller = e.Ancestor(_PROCESS)
     if e.name == 'FunctionRun' and e.Ancestor('PartitionedCallOp') and caller:
-      runs[e.stats['id']] = (e, caller.stats['id'], caller.stats['_c'])
+      runs[e.stats['id']] = (caller.stats['id'], caller.stats['_c'])
 
   def Root(step_id: int) -> int:
-    while runs[step_id][1] in runs:
-      step_id = runs[step_id][1]
+    while runs[step_id][0] in runs:
+      step_id = runs[step_id][0]
     return step_id
 
-  calls = {i: _Call(run, caller, flow) for i, (run, caller, flow) in runs.items()
+  calls = {i: _Call(caller, flow) for i, (caller, flow) in runs.items()
            if caller not in runs}
   for e in events:
     owner = e.stats.get('id')
