@@ -115,18 +115,6 @@ def Section(commands: Dict[str, runner.Command], configs: Dict[str, dict],
                      runs=runs[name]) for name in commands}
 
 
-def Render(result: dict) -> str:
-  rows = analysis.CompareRows(result['ours'], result['peer'])
-  return '\n\n'.join([
-      f"Medians over {result['repeats']} alternating fresh-process runs per side "
-      f"({result['steps']} steps after {result['warmup']} warm-up). Our first step "
-      'is build + trace + first step; the peer\'s is graph_build_s + first_step_s. '
-      'Our BFC peak is reset after warm-up (one step); the peer\'s is the '
-      'process peak.',
-      analysis.RenderComparison(rows),
-      analysis.RenderTargets(analysis.CompareTargets(rows))])
-
-
 def main(argv):
   del argv
   shared = pathlib.Path(FLAGS.shared_dir).resolve()
@@ -146,7 +134,7 @@ def main(argv):
   out = pathlib.Path(FLAGS.out_dir)
   out.mkdir(parents=True, exist_ok=True)
   (out / 'compare_lingvo.json').write_text(json.dumps(result, indent=1))
-  markdown = Render(result)
+  markdown = analysis.RenderComparisonSection(result)
   (out / 'compare_lingvo.md').write_text(markdown + '\n')
   print(markdown)
 

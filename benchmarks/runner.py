@@ -27,9 +27,14 @@ class Command:
   env: tuple = ()  # (name, value) pairs added to os.environ
 
   def Text(self) -> str:
-    """The command as a shell line (env assignments, then argv)."""
-    env = ' '.join(f'{k}={shlex.quote(v)}' for k, v in self.env)
-    return (env + ' ' if env else '') + shlex.join(self.argv)
+    """The command as a shell line to run from the repository root (paths
+    inside the repository relative to it, PYTHONPATH left out)."""
+    cwd = os.path.relpath(self.cwd, REPO_ROOT)
+    prefix = '' if cwd == '.' else f'cd {shlex.quote(cwd)} && '
+    env = ''.join(f'{k}={shlex.quote(v)} ' for k, v in self.env if k != 'PYTHONPATH')
+    root = str(REPO_ROOT) + os.sep
+    argv = [a[len(root):] if a.startswith(root) else a for a in self.argv]
+    return prefix + env + shlex.join(argv)
 
 
 def OursCommand(args: Sequence[str], steps: int, warmup: int,

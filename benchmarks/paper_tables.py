@@ -1,0 +1,193 @@
+"""Measures the GPipe-paper-style tables and regenerates docs/benchmarks.md.
+
+Sections (each a set of fresh-process pipeline_bench runs, repeats
+alternating between the configurations of the section):
+  speedup   step time vs K and M, default threads and one thread per device
+  memory    allocator peak and step time vs K, M and remat (transformer-act)
+  capacity  largest stack (layers) per remat policy within a memory budget
+  overhead  PipeliningLayer K=1 M=1 remat none vs the unpipelined baseline
+
+Raw JSON goes to docs/benchmarks/<section>.json; the markdown is rendered
+from every JSON present, so --sections= only re-renders.
+
+  python -m benchmarks.paper_tables                       # everything
+  python -m benchmarks.paper_tables --sections=overhead --repeats=1 --steps=2
+  python -m benchmarks.paper_tables --sections=           # re-render only
+"""
+
+import dataclasses
+import json
+import pathlib
+import sys
+from typing import Dict, List, Optional
+
+from absl import app
+from absl import flags
+
+from benchmarks import analysis
+from benchmarks import bench_doc
+from benchmarks import runner
+
+SECTIONS = ('speedup', 'memory', 'capacity', 'overhead')
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list('sections', list(SECTIONS), f'Which of {SECTIONS} to measure.')
+flags.DEFINE_integer('repeats', 3, 'Fresh-process runs per configuration.')
+flags.DEFINE_integer('steps', 10, 'Measured steps per run.')
+flags.DEFINE_integer('warmup', 2, 'Warm-up steps per run.')
+flags.DEFINE_float('timeout_s', 900, 'Per-run timeout.')
+flags.DEFINE_list('bench_args', [], 'Extra pipeline_bench flags for every run, '
+                  'e.g. --num_layers=4,--batch=16 for a quick try.')
+flags.DEFINE_list('speedup_workloads', ['ffn'], 'Workloads of the speedup table.')
+flags.DEFINE_list('ks', ['1', '2', '4'], 'K values of the speedup table.')
+flags.DEFINE_list('ms', ['1', '4', '16'], 'M values of the speedup table.')
+flags.DEFINE_list('threads', ['default', analysis.ONE_PER_DEVICE],
+                  'Thread settings: default (TF pools) and/or one_per_device '
+                  '(intra-op 1, inter-op K: one op per device at a time).')
+flags.DEFINE_string('speedup_remat', 'per_cell', 'Remat policy of the speedup table.')
+flags.DEFINE_string('memory_workload', 'transformer-act', 'Workload of memory/capacity.')
+flags.DEFINE_list('memory_ks', ['1', '4'], 'K values of the memory table.')
+flags.DEFINE_list('memory_ms', ['1', '8'], 'M values of the memory table.')
+flags.DEFINE_list('remats', ['none', 'per_cell', 'per_layer'], 'Remat policies compared.')
+flags.DEFINE_integer('budget_mb', 512, 'Memory budget of the capacity table.')
+flags.DEFINE_integer('min_layers', 1, 'Capacity search: smallest L.')
+flags.DEFINE_integer('max_layers', 48, 'Capacity search: largest L.')
+flags.DEFINE_integer('capacity_m', 8, 'Capacity search: micro-batches (K=1).')
+flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'), 'Raw JSON.')
+flags.DEFINE_string('doc', str(runner.REPO_ROOT / 'docs' / 'benchmarks.md'), 'Markdown out.')
+
+
+def _Log(text: str) -> None:
+  print(text, file=sys.stderr, flush=True)
+
+
+def _Entry(config: dict, args: List[str]) -> tuple:
+  return config, runner.OursCommand(args + FLAGS.bench_args, FLAGS.steps, FLAGS.warmup)
+
+
+def _ThreadArgs(threads: str, k: int) -> List[str]:
+  if threads == 'default':
+    return []
+  if threads == analysis.ONE_PER_DEVICE:
+    return ['--intra_op_threads=1', f'--inter_op_threads={k}']
+  raise ValueError(f'threads {threads!r} must be default or {analysis.ONE_PER_DEVICE}.')
+
+
+def SpeedupConfigs() -> Dict[str, tuple]:
+  entries = {}
+  for w in FLAGS.speedup_workloads:
+    for threads in FLAGS.threads:
+      entries[f'{w}_baseline_{threads}'] = _Entry(
+          dict(workload=w, threads=threads, baseline=True, k=1, m=1, remat='none'),
+          [f'--workload={w}', '--baseline', *_ThreadArgs(threads, 1)])
+      for k in map(int, FLAGS.ks):
+        for m in map(int, FLAGS.ms):
+          entries[f'{w}_K{k}_M{m}_{threads}'] = _Entry(
+              dict(workload=w, threads=threads, baseline=False, k=k, m=m,
+                   remat=FLAGS.speedup_remat),
+              [f'--workload={w}', f'--k={k}', f'--m={m}',
+               f'--remat={FLAGS.speedup_remat}', *_ThreadArgs(threads, k)])
+  return entries
+
+
+def MemoryConfigs() -> Dict[str, tuple]:
+  w = FLAGS.memory_workload
+  return {f'K{k}_M{m}_{remat}': _Entry(
+      dict(workload=w, k=k, m=m, remat=remat, baseline=False),
+      [f'--workload={w}', f'--k={k}', f'--m={m}', f'--remat={remat}'])
+          for k in map(int, FLAGS.memory_ks) for m in map(int, FLAGS.memory_ms)
+          for remat in FLAGS.remats}
+
+
+def OverheadConfigs() -> Dict[str, tuple]:
+  return {'pipelined_K1_M1_none': _Entry(
+      dict(workload='ffn', k=1, m=1, remat='none', baseline=False),
+      ['--workload=ffn', '--k=1', '--m=1', '--remat=none']),
+          'baseline': _Entry(dict(workload='ffn', k=1, m=1, remat='none', baseline=True),
+                             ['--workload=ffn', '--baseline'])}
+
+
+def MeasureTable(entries: Dict[str, tuple]) -> Dict[str, dict]:
+  commands = {name: cmd for name, (_, cmd) in entries.items()}
+  runs = runner.Alternate(commands, FLAGS.repeats, FLAGS.timeout_s, log=_Log)
+  return {name: dict(config=config, command=cmd.Text(), runs=runs[name])
+          for name, (config, cmd) in entries.items()}
+
+
+def MeasureCapacity() -> dict:
+  """Bisects the number of layers per remat policy under the budget (one
+  run per probe: peaks barely vary between runs)."""
+  budget = FLAGS.budget_mb * analysis.MB
+  bench_args = [a for a in FLAGS.bench_args if not a.startswith('--num_layers')]
+  policies = {}
+  for remat in FLAGS.remats:
+    probes = []
+
+    def Fits(num_layers: int) -> bool:
+      cmd = runner.OursCommand(
+          [f'--workload={FLAGS.memory_workload}', '--k=1', f'--m={FLAGS.capacity_m}',
+           f'--remat={remat}', *bench_args, f'--num_layers={num_layers}'],
+          steps=1, warmup=0)
+      result = runner.Execute(cmd, FLAGS.timeout_s)
+      probes.append(dict(result, num_layers=num_layers, command=cmd.Text()))
+      status = result.get('error') or f"{result['bfc_peak_bytes'] / analysis.MB:.0f} MB"
+      _Log(f'capacity {remat} L={num_layers}: {status}')
+      return 'error' not in result and result['bfc_peak_bytes'] <= budget
+
+    largest, _ = analysis.LargestFitting(FLAGS.min_layers, FLAGS.max_layers, Fits)
+    policies[remat] = dict(largest=largest, probes=probes)
+  return dict(budget_mb=FLAGS.budget_mb, workload=FLAGS.memory_workload, k=1,
+              m=FLAGS.capacity_m, policies=policies)
+
+
+def PredictedPeaks(memory: Dict[str, dict]) -> Optional[Dict[str, Optional[float]]]:
+  """Planner-predicted peak bytes per memory config; None without a planner.
+
+  Hook for lingvo_pipe.core.planner.Estimate (SGD: optimizer_slots=0).
+  """
+  try:
+    from lingvo_pipe.core import planner  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  from benchmarks import workloads  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core.cell_runner import RematPolicy  # pylint: disable=g-import-not-at-top
+  predicted = {}
+  for name, entry in memory.items():
+    ok = [r for r in entry['runs'] if 'error' not in r]
+    if not ok:
+      predicted[name] = None
+      continue
+    c, run = entry['config'], ok[0]
+    w = dataclasses.replace(workloads.WORKLOADS[c['workload']],
+                            num_layers=run['num_layers'], batch=run['batch'], seq=run['seq'])
+    row = planner.Estimate(workloads.Layers(w), [w.input_shape], c['k'], c['m'],
+                           RematPolicy(c['remat']), optimizer_slots=0)
+    predicted[name] = float(row.total_peak_bytes)
+  return predicted
+
+
+def main(argv):
+  del argv
+  unknown = set(FLAGS.sections) - set(SECTIONS)
+  if unknown:
+    raise ValueError(f'unknown sections {sorted(unknown)}; choose from {SECTIONS}.')
+  out = pathlib.Path(FLAGS.out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  measure = dict(speedup=lambda: MeasureTable(SpeedupConfigs()),
+                 memory=lambda: MeasureTable(MemoryConfigs()),
+                 capacity=MeasureCapacity,
+                 overhead=lambda: MeasureTable(OverheadConfigs()))
+  for section in SECTIONS:
+    if section in FLAGS.sections:
+      data = dict(repeats=FLAGS.repeats, steps=FLAGS.steps, warmup=FLAGS.warmup,
+                  data=measure[section]())
+      (out / f'{section}.json').write_text(json.dumps(data, indent=1))
+  memory = bench_doc.Load(out, 'memory')
+  predicted = PredictedPeaks(memory['data']) if memory else None
+  text = bench_doc.RenderDoc(out, runner.MachineInfo(), predicted)
+  pathlib.Path(FLAGS.doc).write_text(text)
+  print(f'wrote {FLAGS.doc}')
+
+
+if __name__ == '__main__':
+  app.run(main)
