@@ -1,27 +1,18 @@
 """Pipeline timeline: per-device busy intervals of one step, from a TF profile.
 
-What TensorFlow 2.21's CPU profiler records for a pipelined step (host plane
-'/host:CPU' of the .xplane.pb, one line per thread), and how it is read here:
+The profile is read into function calls by trace_calls (which documents
+what the trace holds). Cell calls are the outermost function calls, grouped
+by the partition (device) that made them. On each device the calls that run
+the fewest distinct ops are the forwards (a backward reruns part of the
+forward and adds gradient ops): in time order micro-batches 0..M-1; the
+other calls are the backwards of micro-batches M-1..0 (the GPipe order).
+Cells are ordered by their first forward (cell k+1 waits for cell k).
 
-- No function names and no device on events. A call of a traced function is
-  a 'FunctionRun' event nested (same thread, in time) in 'PartitionedCallOp',
-  in 'ExecutorState::ProcessAsync::Start' (stat 'name': the caller's node),
-  in 'ExecutorState::Process' of the calling executor (stats 'id': step id,
-  '_c': flow id of the executor, i.e. one device partition of the graph).
-  FunctionRun's 'id' is the step id of the call's own executor.
-- Every kernel of a function body is an event '<node name>:<op type>' nested
-  in an 'ExecutorState::Process' event whose 'id' is that call's step id.
-- '_Send' kernels carry 'key' = '<src device>;...;<dst device>;...', which
-  names the device of the partition that sends.
-
-So: cell calls are the outermost PartitionedCall function calls; calls are
-grouped by the partition (device) that made them, cells are ordered by their
-first call (cell k+1 waits for cell k's first output), and on each device the
-first M calls are the forwards of micro-batches 0..M-1 and the last M the
-backwards of micro-batches M-1..0 (the GPipe order). In a backward call, the
-ops named like ops of the cell's forward are its recomputation: the backward
-function retraces the forward first, so those names coincide; gradient ops
-get other names (only some carry a 'gradient_tape/' prefix).
+In a backward call, the ops named like ops of the cell's forward are its
+recomputation: the backward function retraces the forward first, so those
+names coincide, while gradient ops get other names (only some carry a
+'gradient_tape/' prefix). RECOMPUTE lasts until the last such op ends,
+BACKWARD from there to the end of the call.
 """
 
 import dataclasses
@@ -29,9 +20,11 @@ import enum
 import glob
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from lingvo_pipe.core import schedule
+from lingvo_pipe.core import trace_calls
+from lingvo_pipe.core.trace_calls import LoadTrace  # part of this module's API
 
 
 class Phase(enum.Enum):
@@ -50,40 +43,6 @@ class Interval:
   phase: Phase
   start_us: float
   end_us: float
-
-
-@dataclasses.dataclass
-class _Event:
-  """One trace event on one thread; `parent` is the event enclosing it."""
-  start_ps: int
-  end_ps: int
-  name: str
-  stats: Dict[str, Any]
-  parent: Optional['_Event'] = None
-
-  def Ancestor(self, name: str) -> Optional['_Event']:
-    event = self.parent
-    while event is not None and event.name != name:
-      event = event.parent
-    return event
-
-
-@dataclasses.dataclass
-class _Call:
-  """One outermost function call: who made it and what ran in it."""
-  step: int  # step id of the calling executor
-  partition: int  # flow id of the calling executor (one device's partition)
-  events: List[_Event] = dataclasses.field(default_factory=list)
-
-  def Span(self) -> Tuple[int, int]:
-    return (min(e.start_ps for e in self.events),
-            max(e.end_ps for e in self.events))
-
-  def Ops(self) -> List[Tuple[str, _Event]]:
-    return [(e.name.split(':')[0], e) for e in self.events if _IsOp(e)]
-
-
-_PROCESS = 'ExecutorState::Process'
 
 
 def Profile(step_fn: Callable[[], Any], logdir: str, warmup: int = 1) -> str:
@@ -117,15 +76,6 @@ def _Materialize(tf: Any, outputs: Any) -> None:
   tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
 
 
-def LoadTrace(path: str) -> Any:
-  """Reads an .xplane.pb into an XSpace proto (TensorFlow's own xplane_pb2)."""
-  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
-  space = xplane_pb2.XSpace()
-  with open(path, 'rb') as f:
-    space.ParseFromString(f.read())
-  return space
-
-
 def Intervals(space: Any) -> List[Interval]:
   """The pipeline's busy intervals in one profiled step, sorted by start.
 
@@ -142,8 +92,8 @@ def Intervals(space: Any) -> List[Interval]:
       GPipe step (several steps, a device whose forward and backward calls differ in
       number, cells with different numbers of micro-batches).
   """
-  events = _HostEvents(space)
-  calls = _OutermostCalls(events)
+  events = trace_calls.HostEvents(space)
+  calls = trace_calls.OutermostCalls(events)
   if not calls:
     raise ValueError('The trace has no pipeline cell events (no function calls '
                      'made by PartitionedCall ops); profile a step of a '
@@ -152,7 +102,7 @@ def Intervals(space: Any) -> List[Interval]:
   if len(steps) > 1:
     raise ValueError(f'The trace holds {len(steps)} steps with pipeline cell '
                      'calls; profile exactly one.')
-  by_partition: Dict[int, List[_Call]] = {}
+  by_partition: Dict[int, List[trace_calls.Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)
   cells = sorted((_SplitPhases(c) for c in by_partition.values()),
@@ -160,7 +110,7 @@ def Intervals(space: Any) -> List[Interval]:
   if len({len(forwards) for forwards, _ in cells}) != 1:
     raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
                      'the cells of one pipeline step run M each.')
-  devices = _PartitionDevices(events)
+  devices = trace_calls.PartitionDevices(events)
   origin = min(c.Span()[0] for c in calls)
   intervals: List[Interval] = []
   for k, (forwards, backwards) in enumerate(cells):
@@ -169,7 +119,7 @@ def Intervals(space: Any) -> List[Interval]:
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
-def _SplitPhases(calls: List[_Call]) -> Tuple[List[_Call], List[_Call]]:
+def _SplitPhases(calls: List[trace_calls.Call]) -> Tuple[List[trace_calls.Call], List[trace_calls.Call]]:
   """(forward calls, backward calls) of one device, each in time order.
 
   The forward function runs the fewest distinct ops (a backward reruns part
@@ -187,8 +137,8 @@ def _SplitPhases(calls: List[_Call]) -> Tuple[List[_Call], List[_Call]]:
   return forwards, backwards
 
 
-def _CellIntervals(cell: int, device: str, forwards: Sequence[_Call],
-                   backwards: Sequence[_Call], origin_ps: int) -> List[Interval]:
+def _CellIntervals(cell: int, device: str, forwards: Sequence[trace_calls.Call],
+                   backwards: Sequence[trace_calls.Call], origin_ps: int) -> List[Interval]:
   num_micro = len(forwards)
   forward_ops = {name for call in forwards for name, _ in call.Ops()}
 
@@ -209,85 +159,6 @@ def _CellIntervals(cell: int, device: str, forwards: Sequence[_Call],
       start = split
     out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end)))
   return out
-
-
-def _HostEvents(space: Any) -> List[_Event]:
-  """The host plane's events, each linked to the event enclosing it."""
-  planes = [p for p in space.planes if p.name == '/host:CPU']
-  if not planes:
-    raise ValueError(f'No /host:CPU plane in the trace (planes: '
-                     f'{[p.name for p in space.planes]}).')
-  plane = planes[0]
-  stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-  events = []
-  for line in plane.lines:
-    base = line.timestamp_ns * 1000
-    on_line = []
-    for e in line.events:
-      stats = {}
-      for s in e.stats:
-        kind = s.WhichOneof('value')
-        value = getattr(s, kind)
-        stats[stat_names[s.metadata_id]] = (stat_names[value] if kind == 'ref_value'
-                                            else value)
-      start = base + e.offset_ps
-      on_line.append(_Event(start, start + e.duration_ps,
-                            plane.event_metadata[e.metadata_id].name, stats))
-    _Nest(on_line)
-    events += on_line
-  return events
-
-
-def _Nest(events: List[_Event]) -> None:
-  """Sets `parent` of events of one thread from their time containment."""
-  events.sort(key=lambda e: (e.start_ps, -e.end_ps))
-  stack: List[_Event] = []
-  for event in events:
-    while stack and stack[-1].end_ps < event.end_ps:
-      stack.pop()
-    event.parent = stack[-1] if stack else None
-    stack.append(event)
-
-
-def _IsOp(event: _Event) -> bool:
-  """A kernel event '<node>:<type>', run directly by an executor."""
-  return (event.parent is not None and event.parent.name == _PROCESS
-          and ':' in event.name and '::' not in event.name)
-
-
-def _OutermostCalls(events: List[_Event]) -> List[_Call]:
-  """Function calls made by PartitionedCall ops that no such call contains,
-  each with every event of its executor and of the calls nested in it."""
-  runs: Dict[int, Tuple[int, int]] = {}  # step id -> caller's step id, flow
-  for e in events:
-    caller = e.Ancestor(_PROCESS)
-    if e.name == 'FunctionRun' and e.Ancestor('PartitionedCallOp') and caller:
-      runs[e.stats['id']] = (caller.stats['id'], caller.stats['_c'])
-
-  def Root(step_id: int) -> int:
-    while runs[step_id][0] in runs:
-      step_id = runs[step_id][0]
-    return step_id
-
-  calls = {i: _Call(caller, flow) for i, (caller, flow) in runs.items()
-           if caller not in runs}
-  for e in events:
-    owner = e.stats.get('id')
-    if owner is None or e.name not in (_PROCESS, 'FunctionRun', 'ExecutorDoneCallback'):
-      process = e.Ancestor(_PROCESS)
-      owner = process.stats.get('id') if process else None
-    if owner in runs:
-      calls[Root(owner)].events.append(e)
-  return list(calls.values())
-
-
-def _PartitionDevices(events: List[_Event]) -> Dict[int, str]:
-  """Device name per executor flow id, from the keys of the _Send it ran."""
-  devices = {}
-  for e in events:
-    if e.name.endswith(':_Send') and 'key' in e.stats and e.parent is not None:
-      devices[e.parent.stats.get('_c')] = str(e.stats['key']).split(';')[0]
-  return devices
 
 
 def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
