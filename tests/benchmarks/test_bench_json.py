@@ -1,0 +1,44 @@
+"""pipeline_bench prints the JSON object that shared/BENCHMARKS.md asks for.
+
+Each case runs the program in a fresh process on a tiny ffn; no timing is
+asserted.
+"""
+
+import pytest
+
+from benchmarks import runner
+
+TINY = ['--workload=ffn', '--num_layers=2', '--batch=8']
+
+SCHEMA = {
+    'step_s_median': float, 'step_s_min': float, 'first_step_s': float,
+    'bfc_peak_bytes': int, 'graph_ops': int, 'K': int, 'M': int, 'remat': str,
+    'baseline': bool, 'intra_op_threads': int, 'inter_op_threads': int,
+    'steps': int, 'tf_version': str, 'workload': str, 'num_layers': int,
+    'batch': int,
+}
+
+
+def _Run(*args: str) -> dict:
+  result = runner.Execute(runner.OursCommand([*TINY, *args], steps=1, warmup=0),
+                          timeout_s=300)
+  assert 'error' not in result, result['error']
+  return result
+
+
+@pytest.mark.parametrize('args, expected', [
+    (('--k=2', '--m=2', '--remat=per_cell'),
+     dict(K=2, M=2, remat='per_cell', baseline=False)),
+    (('--baseline', '--intra_op_threads=1', '--inter_op_threads=1'),
+     dict(K=1, M=1, remat='none', baseline=True, intra_op_threads=1,
+          inter_op_threads=1)),
+])
+def test_json_has_the_documented_keys_and_types(args, expected):
+  result = _Run(*args)
+  for key, kind in SCHEMA.items():
+    assert key in result, f'missing {key!r} in {sorted(result)}'
+    assert isinstance(result[key], kind), (key, result[key])
+  assert {k: result[k] for k in expected} == expected
+  assert result['num_layers'] == 2 and result['batch'] == 8 and result['steps'] == 1
+  assert result['step_s_min'] <= result['step_s_median']
+  assert result['bfc_peak_bytes'] > 0 and result['graph_ops'] > 0
