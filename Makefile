@@ -5,7 +5,15 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean bench-compare bench-docs bench-render
+
+# Benchmarks (see docs/benchmarks.md); pass flags with BENCH_FLAGS, e.g.
+#   make bench-docs BENCH_FLAGS='--sections=overhead --repeats=5'
+# bench-compare: ours vs Lingvo's GPipe (builds the peer venv at PEER_VENV if
+#   missing), raw JSON + table in docs/benchmarks/compare_lingvo.{json,md}.
+# bench-docs: measures the paper-style tables and regenerates docs/benchmarks.md.
+# bench-render: regenerates docs/benchmarks.md from the JSON, measuring nothing.
+BENCH_FLAGS ?=
 
 install: $(STAMP)
 
@@ -20,6 +28,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) tests
+
+bench-compare: $(STAMP)
+	$(PYTHON) -m benchmarks.compare_lingvo $(BENCH_FLAGS)
+	$(PYTHON) -m benchmarks.paper_tables --sections=
+
+bench-docs: $(STAMP)
+	$(PYTHON) -m benchmarks.paper_tables $(BENCH_FLAGS)
+
+bench-render: $(STAMP)
+	$(PYTHON) -m benchmarks.paper_tables --sections=
 
 clean:
 	rm -rf $(VENV) logs
