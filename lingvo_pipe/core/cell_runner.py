@@ -5,6 +5,12 @@ once per micro-batch, so the step's graph grows with K, not with K*M. Every
 op of both functions, recomputation and gradient included, is created under
 `tf.device(cell device)`: gradient tapes inside `tf.function` do not inherit
 the forward's placement, so it is set explicitly.
+
+The backward adds each micro-batch's weight gradients into accumulator
+variables on the cell's device, in place, layer by layer as the tape
+produces them: only one weight-sized sum per cell is alive, not the sum,
+the micro-batch's gradients and their new sum (ffn, K=1, M=4: 385 MiB
+allocator peak with sums as tensors).
 """
 
 import enum
@@ -51,6 +57,12 @@ class CellRunner:
     self.out_structure: Any = None
     self.updates_structure: Any = None
     self._functions: Dict[Tuple[str, bool, bool], Any] = {}
+    with tf.device(device):
+      self._accumulators = [
+          tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                      name=f'{cell.params.name}_grad_sum_{i}')
+          for i, v in enumerate(tf.nest.flatten(cell.theta))
+          if IsDifferentiable(v)]
 
   # --- called by the pipeline ---------------------------------------------
 
@@ -83,38 +95,50 @@ class CellRunner:
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
     return outputs, updates, tape
 
-  def Backward(self, theta: NestedMap, inputs: tuple,
-               output_grads: tuple) -> Tuple[List[Any], List[Any]]:
-    """Recomputes the cell and returns (theta grads, input grads), flat.
-
-    Entries that are not floating point get None.
-    """
+  def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
+               first: bool) -> List[Any]:
+    """Recomputes the cell, adds its theta gradients to the accumulators
+    (`first`: replaces them) and returns the input gradients, flat; inputs
+    that are not floating point get None."""
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
+    kind = 'backward_first' if first else 'backward'
     with tf.device(self.device):
-      grads = self._Function('backward', False)(flat_theta, flat_in,
-                                                tf.nest.flatten(output_grads))
-    return self._Unpack(grads, flat_theta, flat_in)
+      grads = self._Function(kind, False)(flat_theta, flat_in,
+                                          tf.nest.flatten(output_grads))
+    return self._InputGrads(grads, flat_in)
 
   def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
-                       inputs: tuple, outputs: tuple,
-                       output_grads: tuple) -> Tuple[List[Any], List[Any]]:
+                       inputs: tuple, outputs: tuple, output_grads: tuple,
+                       first: bool) -> List[Any]:
     """Backward without recomputation (RematPolicy.NONE), from a tape that
-    recorded Forward; the gradient ops are placed on the cell's device."""
+    recorded Forward; the gradient ops are placed on the cell's device.
+    Accumulates and returns as Backward does."""
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
     with tf.device(self.device):
       grads = _Grads(tape, tf.nest.flatten(outputs), sources,
                      tf.nest.flatten(output_grads))
-    return self._Unpack(grads, flat_theta, flat_in)
+      return self._InputGrads(self._Accumulate(grads, first), flat_in)
+
+  def AccumulatedGradients(self, theta: NestedMap) -> List[Any]:
+    """The theta gradients summed over this step's backward calls, flat as
+    theta; None where theta is not floating point. Call after the last
+    Backward: reads of the accumulators are ordered after it."""
+    sums = iter(self._accumulators)
+    with tf.device(self.device):
+      return [next(sums).read_value() if IsDifferentiable(x) else None
+              for x in tf.nest.flatten(theta)]
 
   def _Function(self, kind: str, inline: bool):
-    """The traced 'forward' or 'backward': one per eval mode (layers read it
-    while tracing) and per inlining choice, named '<cell name>_<kind>'."""
+    """The traced 'forward', 'backward' or 'backward_first': one per eval
+    mode (layers read it while tracing) and per inlining choice, named
+    '<cell name>_<kind>'."""
     key = (kind, base_layer.IsEvalMode(), inline)
     if key not in self._functions:
-      method = self._Forward if kind == 'forward' else self._Backward
+      methods = {'forward': self._Forward, 'backward': self._Backward,
+                 'backward_first': self._BackwardFirst}
       self._functions[key] = _NamedFunction(
-          method, f'{self.cell.params.name}_{kind}', inline)
+          methods[kind], f'{self.cell.params.name}_{kind}', inline)
     return self._functions[key]
 
   # --- traced bodies ------------------------------------------------------
@@ -128,8 +152,13 @@ class CellRunner:
       self.updates_structure = updates
       return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
 
+  def _BackwardFirst(self, flat_theta: List[Any], flat_in: List[Any],
+                     flat_dys: List[Any]) -> List[Any]:
+    return self._Backward(flat_theta, flat_in, flat_dys, first=True)
+
   def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
-                flat_dys: List[Any]) -> List[Any]:
+                flat_dys: List[Any], first: bool = False) -> List[Any]:
+    """Returns the gradients of the floating-point inputs."""
     with tf.device(self.device):
       sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
       with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -139,8 +168,9 @@ class CellRunner:
           outputs = self._LayerwiseRematFProp(theta, inputs)
         else:
           outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
-      return _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
-                    sources, flat_dys)
+      grads = _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
+                     sources, flat_dys)
+      return self._Accumulate(grads, first)
 
   def _LayerwiseRematFProp(self, theta: NestedMap, inputs: tuple) -> Any:
     """The cell's forward with each sublayer under tf.recompute_grad."""
@@ -161,13 +191,21 @@ class CellRunner:
     inputs = tf.nest.pack_sequence_as(self.in_structure, flat_in)
     return theta, tuple(inputs)
 
+  def _Accumulate(self, grads: Sequence[Any], first: bool) -> List[Any]:
+    """Adds (`first`: assigns) the leading theta gradients of `grads` to the
+    accumulators; returns the rest, the input gradients."""
+    num_theta = len(self._accumulators)
+    for acc, g in zip(self._accumulators, grads[:num_theta]):
+      if first:
+        acc.assign(g)
+      else:
+        acc.assign_add(g)
+    return list(grads[num_theta:])
+
   @staticmethod
-  def _Unpack(grads: Sequence[Any], flat_theta: List[Any],
-              flat_in: List[Any]) -> Tuple[List[Any], List[Any]]:
+  def _InputGrads(grads: Sequence[Any], flat_in: List[Any]) -> List[Any]:
     it = iter(grads)
-    out = [next(it) if IsDifferentiable(x) else None
-           for x in flat_theta + flat_in]
-    return out[:len(flat_theta)], out[len(flat_theta):]
+    return [next(it) if IsDifferentiable(x) else None for x in flat_in]
 
 
 def _NamedFunction(method, name: str, inline: bool):

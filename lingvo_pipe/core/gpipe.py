@@ -229,14 +229,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     each cell on its device (or reading its tape without remat).
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
-    of the flat thetas summed over micro-batches on each cell's device.
+    of the flat thetas summed over micro-batches on each cell's device (in
+    the cells' accumulators).
     """
     p = self.params
     last = self.num_cells - 1
     with tf.device(self.devices[last].name):
       micro_dys = micro_batch.Split(output_grads, num_micro, p.batch_dim)
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-    theta_grads: List[Any] = [None] * self.num_cells
+    started = [False] * self.num_cells
     input_grads: List[Any] = [None] * num_micro
     previous: Dict[int, List[Any]] = {}
     for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
@@ -246,16 +247,15 @@ class PipeliningLayer(base_layer.BaseLayer):
       with tf.device(self.devices[k].name):
         dy = _After(previous.get(k), tf.nest.pack_sequence_as(
             done.outputs, grads_out[(k, m)]))
+      first, started[k] = not started[k], True
       if from_tapes:
-        dtheta, dx = self._runners[k].BackwardFromTape(
-            done.tape, done.theta, done.inputs, done.outputs, dy)
+        dx = self._runners[k].BackwardFromTape(
+            done.tape, done.theta, done.inputs, done.outputs, dy, first)
       else:
         with tf.device(self.devices[k].name):
           theta, x = _After(previous.get(k), (done.theta, done.inputs))
-        dtheta, dx = self._runners[k].Backward(theta, x, dy)
-      with tf.device(self.devices[k].name):
-        theta_grads[k] = _Accumulate(theta_grads[k], dtheta)
-      previous[k] = [g for g in dtheta + dx if g is not None]
+        dx = self._runners[k].Backward(theta, x, dy, first)
+      previous[k] = [g for g in dx if g is not None]
       if k > 0:
         grads_out[(k - 1, m)] = [
             tf.zeros_like(x) if g is None else g
@@ -264,6 +264,8 @@ class PipeliningLayer(base_layer.BaseLayer):
         input_grads[m] = dx
     with tf.device(self.devices[0].name):
       d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
+    theta_grads = [runner.AccumulatedGradients(tasks[(k, 0)].theta)
+                   for k, runner in enumerate(self._runners)]
     return d_inputs, [g for grads in theta_grads for g in grads]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
@@ -293,15 +295,6 @@ def _After(previous: Optional[List[Any]], structure: Any) -> Any:
     return structure
   with tf.control_dependencies(previous):
     return tf.nest.map_structure(tf.identity, structure)
-
-
-def _Accumulate(total: Any, grads: List[Any]) -> List[Any]:
-  """Adds one micro-batch's theta gradients to the running sum, so only one
-  sum (not M gradients) is alive per cell; None stays None."""
-  if total is None:
-    return list(grads)
-  return [None if g is None else tf.add(t, tf.convert_to_tensor(g))
-          for t, g in zip(total, grads)]
 
 
 def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
