@@ -211,9 +211,17 @@ def WriteChromeTrace(intervals: Sequence[Interval], path: str) -> None:
 
 
 def WriteGantt(intervals: Sequence[Interval], path: str) -> None:
-  """Writes a PNG Gantt chart, one row per cell (see gantt.Draw)."""
+  """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
+  and backward bars, the Summary line as title."""
+  # Imported here: matplotlib is slow to import and only this function needs it.
   from lingvo_pipe.core import gantt  # pylint: disable=g-import-not-at-top
-  gantt.Draw(intervals, path, title=f'GPipe step timeline: {Summary(intervals)}')
+  devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
+  bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
+                    '' if i.phase == Phase.RECOMPUTE else str(i.micro_batch))
+          for i in intervals]
+  gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
+             title=f'GPipe step timeline: {Summary(intervals)}',
+             kinds=[p.value for p in Phase])
 
 
 def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1) -> str:
