@@ -13,6 +13,12 @@ recomputation: the backward function retraces the forward first, so those
 names coincide, while gradient ops get other names (only some carry a
 'gradient_tape/' prefix). RECOMPUTE lasts until the last such op ends,
 BACKWARD from there to the end of the call.
+
+Limits: the trace names no function, so cells are told apart by device,
+not by their '<cell name>_forward' names; one pipeline per step (two
+pipelines sharing devices break the fewest-ops rule); gradient ops that run
+before the last recomputed op ends count as RECOMPUTE; a trace of several
+steps (or of several iterations of a loop of steps) is rejected.
 """
 
 import dataclasses
@@ -100,8 +106,8 @@ def Intervals(space: Any) -> List[Interval]:
                      'PipeliningLayer whose cells are not inlined.')
   steps = {c.step for c in calls}
   if len(steps) > 1:
-    raise ValueError(f'The trace holds {len(steps)} steps with pipeline cell '
-                     'calls; profile exactly one.')
+    raise ValueError(f'The trace holds {len(steps)} steps (or loop iterations) '
+                     'with pipeline cell calls; profile exactly one.')
   by_partition: Dict[int, List[trace_calls.Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)

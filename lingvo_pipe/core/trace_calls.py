@@ -39,7 +39,7 @@ class Event:
 @dataclasses.dataclass
 class Call:
   """One outermost function call: who made it and what ran in it."""
-  step: int  # step id of the calling executor
+  step: Tuple[int, int]  # step id and loop iteration of the calling executor
   partition: int  # flow id of the calling executor (one device's partition)
   events: List[Event] = dataclasses.field(default_factory=list)
 
@@ -123,18 +123,19 @@ def OutermostCalls(events: List[Event]) -> List[Call]:
   """Function calls made by PartitionedCall ops that no such call contains
   (a pipeline's cell calls), each with every event of its executor and of
   the calls nested in it (e.g. per-layer recomputation)."""
-  runs: Dict[int, Tuple[int, int]] = {}  # step id -> caller's step id, flow
+  runs: Dict[int, Tuple[int, int, int]] = {}  # step id -> caller's step, iter, flow
   for e in events:
     caller = e.Ancestor(_PROCESS)
     if e.name == 'FunctionRun' and e.Ancestor('PartitionedCallOp') and caller:
-      runs[e.stats['id']] = (caller.stats['id'], caller.stats['_c'])
+      runs[e.stats['id']] = (caller.stats['id'], caller.stats.get('iter_num', 0),
+                             caller.stats['_c'])
 
   def Root(step_id: int) -> int:
     while runs[step_id][0] in runs:
       step_id = runs[step_id][0]
     return step_id
 
-  calls = {i: Call(caller, flow) for i, (caller, flow) in runs.items()
+  calls = {i: Call((caller, it), flow) for i, (caller, it, flow) in runs.items()
            if caller not in runs}
   for e in events:
     owner = e.stats.get('id')

@@ -127,3 +127,12 @@ def test_profile_of_a_live_step(tmp_path):
   two_steps = timeline.Profile(lambda: (Step(), Step()), str(tmp_path / 'two'), warmup=0)
   with pytest.raises(ValueError, match='profile exactly one'):
     timeline.Intervals(timeline.LoadTrace(two_steps))
+
+  @tf.function(autograph=False)
+  def Loop():  # two steps in one function, as the trainer's loop runs them
+    return tf.while_loop(lambda i, _: i < 2, lambda i, _: (i + 1, Step()[0]),
+                         [tf.constant(0), tf.constant(0.0)])
+
+  loop = timeline.Profile(Loop, str(tmp_path / 'loop'))
+  with pytest.raises(ValueError, match='2 steps'):
+    timeline.Intervals(timeline.LoadTrace(loop))
