@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from lingvo_pipe.core import schedule
 from lingvo_pipe.core import trace_calls
+from lingvo_pipe.core.trace_calls import Call
 from lingvo_pipe.core.trace_calls import LoadTrace  # part of this module's API
 
 
@@ -95,8 +96,8 @@ def Intervals(space: Any) -> List[Interval]:
 
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
-      GPipe step (several steps, a device whose forward and backward calls differ in
-      number, cells with different numbers of micro-batches).
+      GPipe step (several steps, a device whose forward and backward calls
+      differ in number, cells with different numbers of micro-batches).
   """
   events = trace_calls.HostEvents(space)
   calls = trace_calls.OutermostCalls(events)
@@ -108,7 +109,7 @@ def Intervals(space: Any) -> List[Interval]:
   if len(steps) > 1:
     raise ValueError(f'The trace holds {len(steps)} steps (or loop iterations) '
                      'with pipeline cell calls; profile exactly one.')
-  by_partition: Dict[int, List[trace_calls.Call]] = {}
+  by_partition: Dict[int, List[Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)
   cells = sorted((_SplitPhases(c) for c in by_partition.values()),
@@ -125,7 +126,7 @@ def Intervals(space: Any) -> List[Interval]:
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
-def _SplitPhases(calls: List[trace_calls.Call]) -> Tuple[List[trace_calls.Call], List[trace_calls.Call]]:
+def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
   """(forward calls, backward calls) of one device, each in time order.
 
   The forward function runs the fewest distinct ops (a backward reruns part
@@ -143,8 +144,10 @@ def _SplitPhases(calls: List[trace_calls.Call]) -> Tuple[List[trace_calls.Call],
   return forwards, backwards
 
 
-def _CellIntervals(cell: int, device: str, forwards: Sequence[trace_calls.Call],
-                   backwards: Sequence[trace_calls.Call], origin_ps: int) -> List[Interval]:
+def _CellIntervals(cell: int, device: str, forwards: Sequence[Call],
+                   backwards: Sequence[Call], origin_ps: int) -> List[Interval]:
+  """Forward intervals of micro-batches 0..M-1, then recompute and backward
+  intervals of M-1..0, in microseconds from origin_ps."""
   num_micro = len(forwards)
   forward_ops = {name for call in forwards for name, _ in call.Ops()}
 
