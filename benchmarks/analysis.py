@@ -254,7 +254,10 @@ def RenderCapacity(capacity: dict) -> str:
   for policy, entry in capacity['policies'].items():
     peak_mb = {p['num_layers']: _Mb(p.get('bfc_peak_bytes')) for p in entry['probes']}
     probes = ', '.join(f'{n} ({Fmt(mb, ".0f")})' for n, mb in peak_mb.items())
-    rows.append([policy, entry['largest'] or 'none',
+    largest = entry['largest']
+    if largest and largest == capacity.get('max_layers'):
+      largest = f'>= {largest} (search limit)'
+    rows.append([policy, largest or 'none',
                  Fmt(peak_mb.get(entry['largest']), '.0f'), probes])
   return MarkdownTable(headers, rows)
 

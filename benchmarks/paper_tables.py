@@ -48,10 +48,13 @@ flags.DEFINE_string('speedup_remat', 'per_cell', 'Remat policy of the speedup ta
 flags.DEFINE_string('memory_workload', 'transformer-act', 'Workload of memory/capacity.')
 flags.DEFINE_list('memory_ks', ['1', '4'], 'K values of the memory table.')
 flags.DEFINE_list('memory_ms', ['1', '8'], 'M values of the memory table.')
+flags.DEFINE_integer('memory_steps', 3, 'Measured steps per memory-table run '
+                     '(transformer-act steps take seconds).')
+flags.DEFINE_integer('memory_warmup', 1, 'Warm-up steps per memory-table run.')
 flags.DEFINE_list('remats', ['none', 'per_cell', 'per_layer'], 'Remat policies compared.')
 flags.DEFINE_integer('budget_mb', 512, 'Memory budget of the capacity table.')
 flags.DEFINE_integer('min_layers', 1, 'Capacity search: smallest L.')
-flags.DEFINE_integer('max_layers', 48, 'Capacity search: largest L.')
+flags.DEFINE_integer('max_layers', 32, 'Capacity search: largest L.')
 flags.DEFINE_integer('capacity_m', 8, 'Capacity search: micro-batches (K=1).')
 flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'), 'Raw JSON.')
 flags.DEFINE_string('doc', str(runner.REPO_ROOT / 'docs' / 'benchmarks.md'), 'Markdown out.')
@@ -62,7 +65,7 @@ def _Log(text: str) -> None:
 
 
 def _Entry(config: dict, args: List[str]) -> tuple:
-  return config, runner.OursCommand(args + FLAGS.bench_args, FLAGS.steps, FLAGS.warmup)
+  return config, args + FLAGS.bench_args
 
 
 def _ThreadArgs(threads: str, k: int) -> List[str]:
@@ -107,11 +110,13 @@ def OverheadConfigs() -> Dict[str, tuple]:
                              ['--workload=ffn', '--baseline'])}
 
 
-def MeasureTable(entries: Dict[str, tuple]) -> Dict[str, dict]:
-  commands = {name: cmd for name, (_, cmd) in entries.items()}
+def MeasureTable(entries: Dict[str, tuple], steps: int, warmup: int) -> Dict[str, dict]:
+  """Runs (config, pipeline_bench args) entries, repeats alternating."""
+  commands = {name: runner.OursCommand(args, steps, warmup)
+              for name, (_, args) in entries.items()}
   runs = runner.Alternate(commands, FLAGS.repeats, FLAGS.timeout_s, log=_Log)
-  return {name: dict(config=config, command=cmd.Text(), runs=runs[name])
-          for name, (config, cmd) in entries.items()}
+  return {name: dict(config=config, command=commands[name].Text(), runs=runs[name])
+          for name, (config, _) in entries.items()}
 
 
 def MeasureCapacity() -> dict:
@@ -137,7 +142,7 @@ def MeasureCapacity() -> dict:
     largest, _ = analysis.LargestFitting(FLAGS.min_layers, FLAGS.max_layers, Fits)
     policies[remat] = dict(largest=largest, probes=probes)
   return dict(budget_mb=FLAGS.budget_mb, workload=FLAGS.memory_workload, k=1,
-              m=FLAGS.capacity_m, policies=policies)
+              m=FLAGS.capacity_m, max_layers=FLAGS.max_layers, policies=policies)
 
 
 def PredictedPeaks(memory: Dict[str, dict]) -> Optional[Dict[str, Optional[float]]]:
@@ -173,14 +178,17 @@ def main(argv):
     raise ValueError(f'unknown sections {sorted(unknown)}; choose from {SECTIONS}.')
   out = pathlib.Path(FLAGS.out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  measure = dict(speedup=lambda: MeasureTable(SpeedupConfigs()),
-                 memory=lambda: MeasureTable(MemoryConfigs()),
-                 capacity=MeasureCapacity,
-                 overhead=lambda: MeasureTable(OverheadConfigs()))
+  timing = (FLAGS.steps, FLAGS.warmup)
+  measure = dict(  # section -> (repeats, steps, warmup, measure)
+      speedup=(FLAGS.repeats, *timing, lambda: MeasureTable(SpeedupConfigs(), *timing)),
+      memory=(FLAGS.repeats, FLAGS.memory_steps, FLAGS.memory_warmup,
+              lambda: MeasureTable(MemoryConfigs(), FLAGS.memory_steps, FLAGS.memory_warmup)),
+      capacity=(1, 1, 0, MeasureCapacity),
+      overhead=(FLAGS.repeats, *timing, lambda: MeasureTable(OverheadConfigs(), *timing)))
   for section in SECTIONS:
     if section in FLAGS.sections:
-      data = dict(repeats=FLAGS.repeats, steps=FLAGS.steps, warmup=FLAGS.warmup,
-                  data=measure[section]())
+      repeats, steps, warmup, run = measure[section]
+      data = dict(repeats=repeats, steps=steps, warmup=warmup, data=run())
       (out / f'{section}.json').write_text(json.dumps(data, indent=1))
   memory = bench_doc.Load(out, 'memory')
   predicted = PredictedPeaks(memory['data']) if memory else None
