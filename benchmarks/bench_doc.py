@@ -128,8 +128,10 @@ def RenderDoc(out_dir: pathlib.Path, machine: Dict[str, str],
       'K logical CPU devices in one process.',
       '## Machine', machine_lines,
       '## Reproduce',
-      '```\nmake bench-compare   # ' + COMPARE_CMD + '\nmake bench-docs      # ' +
-      PAPER_CMD + '\n' + PAPER_CMD + ' --sections=   # re-render this file only\n```',
+      '```\nmake bench-compare   # ' + COMPARE_CMD + ', then re-render\n'
+      'make bench-docs      # ' + PAPER_CMD + '\n'
+      'make bench-render    # ' + PAPER_CMD + ' --sections=  (re-render only)\n'
+      '# quick try: make bench-docs BENCH_FLAGS="--repeats=1 --steps=2 --sections=overhead"\n```',
       '## Speedup vs K and M (GPipe Table 2 style)',
       SpeedupSection(Load(out_dir, 'speedup')),
       '## Memory vs K, M and rematerialization (GPipe Table 1 style)',
