@@ -93,12 +93,14 @@ def Run(workload_name: str) -> dict:
   first_step_s = time.perf_counter() - start
   for _ in range(FLAGS.warmup):
     Step(x).numpy()
+  warmup_peak = tf.config.experimental.get_memory_info('CPU:0')['peak']
   tf.config.experimental.reset_memory_stats('CPU:0')
   times = []
   for _ in range(FLAGS.steps):
     t0 = time.perf_counter()
     Step(x).numpy()
     times.append(time.perf_counter() - t0)
+  step_peak = tf.config.experimental.get_memory_info('CPU:0')['peak']
   return dict(
       workload=workload.name, num_layers=workload.num_layers,
       batch=workload.batch, seq=workload.seq,
@@ -107,7 +109,8 @@ def Run(workload_name: str) -> dict:
       remat='none' if FLAGS.baseline else FLAGS.remat,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,
-      bfc_peak_bytes=tf.config.experimental.get_memory_info('CPU:0')['peak'],
+      bfc_peak_bytes=step_peak,
+      bfc_process_peak_bytes=max(step_peak, warmup_peak),
       graph_ops=GraphOps(Step.get_concrete_function(x)),
       intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
       steps=FLAGS.steps, tf_version=tf.__version__)

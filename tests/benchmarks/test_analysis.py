@@ -27,7 +27,8 @@ def _Cmp():
                           dict(step_s_median=0.30, first_step_s=6.0, bfc_peak_bytes=300 * MB),
                           {'error': 'timeout'}),
       'ffn_K4_M16': _Entry(_Pipe('ffn', 4, 16),
-                           dict(step_s_median=0.5, first_step_s=8.0, bfc_peak_bytes=200 * MB)),
+                           dict(step_s_median=0.5, first_step_s=8.0, bfc_peak_bytes=200 * MB,
+                                bfc_process_peak_bytes=250 * MB)),
       'ffn_baseline': _Entry(dict(workload='ffn', k=1, m=1, baseline=True, remat='none'),
                              dict(step_s_median=0.1, first_step_s=2.0, bfc_peak_bytes=100 * MB)),
   }
@@ -66,8 +67,11 @@ def test_compare_rows_medians_and_ratios():
   assert m4['step_ratio'] == pytest.approx(0.4)
   assert m4['peer_first'] == pytest.approx(10.0)  # graph build + first step
   assert m4['first_ratio'] == pytest.approx(0.5)
-  assert m4['ours_peak_mb'] == pytest.approx(300.0)
+  assert m4['ours_peak_mb'] == pytest.approx(300.0)  # no process peak: the step's
   assert m4['peak_mb_ratio'] == pytest.approx(300 / 546)
+  m16 = rows['ffn_K4_M16']
+  assert (m16['ours_step_peak_mb'], m16['ours_peak_mb']) == (200, 250)
+  assert m16['peak_mb_ratio'] == pytest.approx(250 / 546)
 
 
 def test_compare_targets():
@@ -86,8 +90,9 @@ def test_comparison_markdown():
   text = analysis.RenderComparisonSection(dict(repeats=3, steps=10, warmup=3,
                                                ours=_Cmp()[0], peer=_Cmp()[1]))
   lines = text.splitlines()
-  assert '| ffn_K4_M4 | 0.200 | 0.500 | 0.40x | 5.0 | 10.0 | 0.50x | 300 | 546 | 0.55x |' in lines
-  assert '| ffn K=4 M=16: allocator peak ours/peer | 0.366 | <= 0.5 | PASS |' in lines
+  assert ('| ffn_K4_M4 | 0.200 | 0.500 | 0.40x | 5.0 | 10.0 | 0.50x | 300 | 300 | 546 | 0.55x |'
+          in lines)
+  assert '| ffn K=4 M=16: allocator peak ours/peer | 0.458 | <= 0.5 | PASS |' in lines
 
 
 def test_markdown_table_rejects_ragged_rows():

@@ -12,7 +12,7 @@ TINY = ['--workload=ffn', '--num_layers=2', '--batch=8']
 
 SCHEMA = {
     'step_s_median': float, 'step_s_min': float, 'first_step_s': float,
-    'bfc_peak_bytes': int, 'graph_ops': int, 'K': int, 'M': int, 'remat': str,
+    'bfc_peak_bytes': int, 'bfc_process_peak_bytes': int, 'graph_ops': int, 'K': int, 'M': int, 'remat': str,
     'baseline': bool, 'intra_op_threads': int, 'inter_op_threads': int,
     'steps': int, 'tf_version': str, 'workload': str, 'num_layers': int,
     'batch': int,
@@ -41,4 +41,5 @@ def test_json_has_the_documented_keys_and_types(args, expected):
   assert {k: result[k] for k in expected} == expected
   assert result['num_layers'] == 2 and result['batch'] == 8 and result['steps'] == 1
   assert result['step_s_min'] <= result['step_s_median']
-  assert result['bfc_peak_bytes'] > 0 and result['graph_ops'] > 0
+  assert 0 < result['bfc_peak_bytes'] <= result['bfc_process_peak_bytes']
+  assert result['graph_ops'] > 0
