@@ -37,6 +37,8 @@ flags.DEFINE_integer('num_layers', 0, 'Override the workload\'s L (0: keep).')
 flags.DEFINE_integer('batch', 0, 'Override the workload\'s batch size (0: keep).')
 flags.DEFINE_integer('seq', 0, 'Override the workload\'s sequence length (0: keep).')
 flags.DEFINE_float('learning_rate', 1e-3, 'SGD learning rate.')
+flags.DEFINE_string('timeline_dir', '', 'If set, profile one more step and write '
+                    'timeline.json (Chrome trace) and timeline.png there.')
 
 
 def _ConfigureDevices(num_devices: int) -> None:
@@ -101,7 +103,7 @@ def Run(workload_name: str) -> dict:
     Step(x).numpy()
     times.append(time.perf_counter() - t0)
   step_peak = tf.config.experimental.get_memory_info('CPU:0')['peak']
-  return dict(
+  result = dict(
       workload=workload.name, num_layers=workload.num_layers,
       batch=workload.batch, seq=workload.seq,
       baseline=FLAGS.baseline, K=1 if FLAGS.baseline else FLAGS.k,
@@ -114,6 +116,10 @@ def Run(workload_name: str) -> dict:
       graph_ops=GraphOps(Step.get_concrete_function(x)),
       intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
       steps=FLAGS.steps, tf_version=tf.__version__)
+  if FLAGS.timeline_dir and not FLAGS.baseline:
+    from lingvo_pipe.core import timeline  # pylint: disable=g-import-not-at-top
+    result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir)
+  return result
 
 
 def main(argv):

@@ -20,6 +20,7 @@ RULES = ('py_library', 'py_test', 'py_binary')
 # Top-level import name -> Bazel label of the pip package that provides it.
 THIRD_PARTY = {
     'absl': '@pypi//absl_py',
+    'matplotlib': '@pypi//matplotlib',
     'numpy': '@pypi//numpy',
     'pytest': '@pypi//pytest',
     'tensorflow': '@pypi//tensorflow',
