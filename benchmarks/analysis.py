@@ -187,12 +187,14 @@ def RenderSpeedup(rows: List[dict]) -> str:
 
 
 def MemoryRows(section: Dict[str, dict],
-               predicted: Optional[Dict[str, Optional[float]]] = None) -> List[dict]:
+               predicted: Optional[Dict[str, Optional[Tuple[float, float]]]] = None
+               ) -> List[dict]:
   """Peak and step time per (K, M, remat), relative to K=1 M=1 remat none.
 
   Args:
     section: the memory section's data.
-    predicted: optional config name -> planner-predicted peak bytes.
+    predicted: optional config name -> the planner's (lowest, highest)
+      predicted peak bytes of one shared allocator.
   """
   peaks = Medians(section, 'bfc_peak_bytes')
   steps = Medians(section, 'step_s_median')
@@ -203,7 +205,8 @@ def MemoryRows(section: Dict[str, dict],
     pred = (predicted or {}).get(name)
     rows.append(dict(
         name=name, k=c['k'], m=c['m'], remat=c['remat'],
-        peak_mb=_Mb(peaks[name]), predicted_mb=_Mb(pred),
+        peak_mb=_Mb(peaks[name]),
+        predicted_mb=None if pred is None else tuple(_Mb(b) for b in pred),
         peak_vs_ref=Ratio(peaks[name], peaks.get(ref)),
         step=steps[name], step_vs_ref=Ratio(steps[name], steps.get(ref))))
   return sorted(rows, key=lambda r: (r['k'], r['m'], r['remat']))
@@ -217,12 +220,16 @@ def MemoryTargets(rows: List[dict]) -> List[Target]:
 
 
 def RenderMemory(rows: List[dict]) -> str:
-  headers = ['K', 'M', 'remat', 'BFC peak MB', 'predicted MB',
+  headers = ['K', 'M', 'remat', 'BFC peak MB', 'predicted MB (low–high)',
              'peak vs K=1 M=1 none', 'step s', 'step vs K=1 M=1 none']
   return MarkdownTable(headers, [
-      [r['k'], r['m'], r['remat'], Fmt(r['peak_mb'], '.0f'), Fmt(r['predicted_mb'], '.0f'),
+      [r['k'], r['m'], r['remat'], Fmt(r['peak_mb'], '.0f'), _Range(r['predicted_mb']),
        Fmt(r['peak_vs_ref'], '.2f', 'x'), Fmt(r['step']), Fmt(r['step_vs_ref'], '.2f', 'x')]
       for r in rows])
+
+
+def _Range(bounds: Optional[Tuple[float, float]]) -> str:
+  return '–' if bounds is None else f'{bounds[0]:.0f}–{bounds[1]:.0f}'
 
 
 def LargestFitting(lo: int, hi: int, fits: Callable[[int], bool]

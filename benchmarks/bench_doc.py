@@ -9,7 +9,7 @@ regenerating never loses them.
 
 import json
 import pathlib
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from benchmarks import analysis
 
@@ -60,15 +60,14 @@ def SpeedupSection(section: Optional[dict]) -> str:
       _Details(section['data'])])
 
 
-def MemorySection(section: Optional[dict], predicted: Optional[Dict[str, Optional[float]]]
+def MemorySection(section: Optional[dict], predicted: Optional[Dict[str, Optional[Tuple[float, float]]]]
                   ) -> str:
   if section is None:
     return _Missing(f'{PAPER_CMD} --sections=memory')
   rows = analysis.MemoryRows(section['data'], predicted)
   note = ('`predicted MB` is lingvo_pipe.core.planner.Estimate (SGD, no optimizer '
-          'slots).' if predicted is not None else
-          '`predicted MB` is empty: lingvo_pipe.core.planner is not available yet '
-          '(hook: benchmarks.paper_tables.PredictedPeaks).')
+          'slots) for one allocator shared by all devices: from `shared_peak_bytes` '
+          '(the cells\' activation peaks apart) to `total_peak_bytes` (all at once).')
   return '\n\n'.join([
       _Protocol(section) + ' BFC peak = allocator peak of one training step '
       '(TF_CPU_ALLOCATOR_USE_BFC=true, reset after warm-up). ' + note,
@@ -108,7 +107,7 @@ def CompareSection(result: Optional[dict]) -> str:
 
 
 def RenderDoc(out_dir: pathlib.Path, machine: Dict[str, str],
-              predicted: Optional[Dict[str, Optional[float]]]) -> str:
+              predicted: Optional[Dict[str, Optional[Tuple[float, float]]]]) -> str:
   """The whole of docs/benchmarks.md."""
   out_dir = pathlib.Path(out_dir)
   docs = out_dir.parent

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import pathlib
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -145,15 +145,12 @@ def MeasureCapacity() -> dict:
               m=FLAGS.capacity_m, max_layers=FLAGS.max_layers, policies=policies)
 
 
-def PredictedPeaks(memory: Dict[str, dict]) -> Optional[Dict[str, Optional[float]]]:
-  """Planner-predicted peak bytes per memory config; None without a planner.
-
-  Hook for lingvo_pipe.core.planner.Estimate (SGD: optimizer_slots=0).
+def PredictedPeaks(memory: Dict[str, dict]) -> Dict[str, Optional[Tuple[float, float]]]:
+  """Planner-predicted (lowest, highest) peak bytes of the shared CPU
+  allocator per memory config, from lingvo_pipe.core.planner.Estimate
+  (SGD: optimizer_slots=0).
   """
-  try:
-    from lingvo_pipe.core import planner  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return None
+  from lingvo_pipe.core import planner  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.core.cell_runner import RematPolicy  # pylint: disable=g-import-not-at-top
   predicted = {}
@@ -167,7 +164,7 @@ def PredictedPeaks(memory: Dict[str, dict]) -> Optional[Dict[str, Optional[float
                             num_layers=run['num_layers'], batch=run['batch'], seq=run['seq'])
     row = planner.Estimate(workloads.Layers(w), [w.input_shape], c['k'], c['m'],
                            RematPolicy(c['remat']), optimizer_slots=0)
-    predicted[name] = float(row.total_peak_bytes)
+    predicted[name] = (float(row.shared_peak_bytes), float(row.total_peak_bytes))
   return predicted
 
 

@@ -21,11 +21,14 @@ The trailing big(n) of every policy is the backward's gradient temporaries:
 backpropagating one layer of one micro-batch holds about that layer's
 activations again. Not modelled: the pipeline's own inputs and outputs, the
 loss, and allocator fragmentation. On CPU all logical devices share one
-allocator, so a measured BFC peak compares with `total_peak_bytes`. Measured
-(transformer-act, L=6, N=8, seq 128, SGD): -4% to +11% at M=8 and at K=4 M=4
-without remat, but +38% to +76% at M=1 and K=4 M=4 PER_CELL: act_bytes
-counts every tensor a forward produces (TensorFlow keeps fewer), and the
-devices' temporaries do not all coincide in one allocator. It errs safe.
+allocator, so a measured BFC peak lies between `shared_peak_bytes` (every
+cell's params and state, one cell's activations: the cells' activation
+peaks never coincide, as at M=1 where the backward visits one cell after
+the other) and `total_peak_bytes` (they all coincide). Measured against the
+upper bound (transformer-act, L=6, N=8, seq 128, SGD): -4% to +11% at M=8
+and at K=4 M=4 without remat, but +38% to +76% at M=1 and K=4 M=4
+PER_CELL: act_bytes counts every tensor a forward produces (TensorFlow
+keeps fewer). It errs safe.
 
 Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
@@ -56,7 +59,11 @@ class PlanRow:
   Attributes:
     param_bytes, state_bytes, act_bytes, peak_bytes: params(k), state(k),
       act(k) and peak(k) of the module docstring, one entry per cell.
-    total_peak_bytes: sum of peak_bytes (one shared allocator on CPU).
+    total_peak_bytes: sum of peak_bytes: a shared allocator's (CPU's) peak
+      if the devices' peaks coincide.
+    shared_peak_bytes: params and state of every cell plus the largest
+      act_bytes: a shared allocator's peak if no two cells' activation
+      peaks coincide.
     bubble: idle share of each device, (K-1)/(M+K-1).
     relative_step_time: the step-time model, in forward FLOPs.
     fits: max(peak_bytes) <= the budget; set by Plan.
@@ -69,6 +76,7 @@ class PlanRow:
   act_bytes: List[int]
   peak_bytes: List[int]
   total_peak_bytes: int
+  shared_peak_bytes: int
   bubble: float
   relative_step_time: float
   fits: bool = False
@@ -186,6 +194,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   slowest = max(sum(l.micro.flops for l in c) for c in cells)
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
+      sum(params) + sum(state) + max(act),
       schedule.BubbleFraction(num_cells, num_micro_batches),
       float(slowest * (3 + _RECOMPUTE[remat]) *
             (num_micro_batches + num_cells - 1)))

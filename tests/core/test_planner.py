@@ -54,6 +54,7 @@ def test_memory_and_time_by_hand(remat, m):
   assert row.act_bytes == [act] * k
   assert row.peak_bytes == [(2 + slots) * params + act] * k
   assert row.total_peak_bytes == k * ((2 + slots) * params + act)
+  assert row.shared_peak_bytes == k * (2 + slots) * params + act
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
   assert row.relative_step_time == 2 * _Flops(d, d, mb) * (3 + recompute[remat]) * (m + k - 1)
 
