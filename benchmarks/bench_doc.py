@@ -60,8 +60,8 @@ def SpeedupSection(section: Optional[dict]) -> str:
       _Details(section['data'])])
 
 
-def MemorySection(section: Optional[dict], predicted: Optional[Dict[str, Optional[Tuple[float, float]]]]
-                  ) -> str:
+def MemorySection(section: Optional[dict],
+                  predicted: Optional[Dict[str, Optional[Tuple[float, float]]]]) -> str:
   if section is None:
     return _Missing(f'{PAPER_CMD} --sections=memory')
   rows = analysis.MemoryRows(section['data'], predicted)

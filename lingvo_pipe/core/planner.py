@@ -21,14 +21,14 @@ The trailing big(n) of every policy is the backward's gradient temporaries:
 backpropagating one layer of one micro-batch holds about that layer's
 activations again. Not modelled: the pipeline's own inputs and outputs, the
 loss, and allocator fragmentation. On CPU all logical devices share one
-allocator, so a measured BFC peak lies between `shared_peak_bytes` (every
-cell's params and state, one cell's activations: the cells' activation
-peaks never coincide, as at M=1 where the backward visits one cell after
-the other) and `total_peak_bytes` (they all coincide). Measured against the
-upper bound (transformer-act, L=6, N=8, seq 128, SGD): -4% to +11% at M=8
-and at K=4 M=4 without remat, but +38% to +76% at M=1 and K=4 M=4
-PER_CELL: act_bytes counts every tensor a forward produces (TensorFlow
-keeps fewer). It errs safe.
+allocator, so a measured BFC peak compares with the range from
+`shared_peak_bytes` (every cell's params and state, one cell's activations:
+the cells' activation peaks never coincide, as at M=1 where the backward
+visits one cell after the other) to `total_peak_bytes` (they all coincide).
+Measured against the upper bound (transformer-act, L=6, N=8, seq 128,
+SGD): -4% to +11% at M=8 and at K=4 M=4 without remat, but +38% to +76% at
+M=1 and K=4 M=4 PER_CELL: act_bytes counts every tensor a forward produces
+(TensorFlow keeps fewer). It errs safe.
 
 Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
