@@ -289,7 +289,8 @@ def _After(previous: Optional[List[Any]]):
   """A context whose ops wait for `previous` (the device's last task), so a
   device runs its tasks in schedule order. Control edges on the cell's call
   op itself: identities of its inputs cost M*K*(inputs + theta) graph nodes
-  (ffn, K=4, M=16: 1 s of tracing and the Grappler time of 2.5k nodes)."""
+  (ffn, K=4, M=16: 9661 ops in the step's graph instead of 6601, and 0.6 s
+  more tracing)."""
   return tf.control_dependencies(previous or [])
 
 
