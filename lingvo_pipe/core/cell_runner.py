@@ -1,19 +1,22 @@
 """One pipeline cell on its device: traced forward and backward functions.
 
-Each cell has one traced forward and one traced backward function, called
-once per micro-batch, so the step's graph grows with K, not with K*M. Every
-op of both functions, recomputation and gradient included, is created under
+Each cell has one traced forward function and a traced backward function
+per GradSink, called once per micro-batch, so the step's graph grows with K,
+not with K*M. Every op, recomputation and gradient included, is created under
 `tf.device(cell device)`: gradient tapes inside `tf.function` do not inherit
 the forward's placement, so it is set explicitly.
 
-The backward adds each micro-batch's weight gradients into accumulator
-variables on the cell's device, in place, layer by layer as the tape
-produces them: only one weight-sized sum per cell is alive, not the sum,
-the micro-batch's gradients and their new sum (ffn, K=1, M=4: 385 MiB
-allocator peak with sums as tensors).
+With several micro-batches the backward adds each one's weight gradients
+into accumulator variables on the cell's device, in place, layer by layer
+as the tape produces them: only one weight-sized sum per cell is alive, not
+the sum, the micro-batch's gradients and their new sum (ffn, K=1, M=4:
+385 MiB allocator peak with sums as tensors). With one micro-batch it hands
+them on, so that the optimizer updates a weight as soon as its gradient is
+ready, as without the pipeline.
 """
 
 import enum
+import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -28,6 +31,19 @@ class RematPolicy(enum.Enum):
   NONE = 'none'            # keep every activation of every micro-batch
   PER_CELL = 'per_cell'    # keep cell inputs; recompute the cell in backward
   PER_LAYER = 'per_layer'  # as PER_CELL, and inside it keep only layer inputs
+
+
+class GradSink(enum.Enum):
+  """Where a backward call puts the cell's theta gradients."""
+  RETURN = 'return'  # the step's only micro-batch: returns them
+  ASSIGN = 'assign'  # the first of several: replaces the accumulators
+  ADD = 'add'        # a later one: adds to the accumulators
+
+  @classmethod
+  def For(cls, first: bool, num_micro: int) -> 'GradSink':
+    if num_micro == 1:
+      return cls.RETURN
+    return cls.ASSIGN if first else cls.ADD
 
 
 def IsDifferentiable(x: Any) -> bool:
@@ -47,8 +63,11 @@ class CellRunner:
   """Runs cell k: forward per micro-batch, backward with recomputation."""
 
   def __init__(self, cell: base_layer.BaseLayer, device: str,
-               remat: RematPolicy) -> None:
-    """The traced functions are named '<cell name>_forward' / '_backward'."""
+               remat: RematPolicy, accumulate: bool) -> None:
+    """The traced functions are named '<cell name>_forward' /
+    '_backward_<GradSink value>'. Without `accumulate` (M is always 1) no
+    accumulators are made; they would hold weight-sized memory for nothing.
+    """
     self.cell = cell
     self.device = device
     self.remat = remat
@@ -56,13 +75,15 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    self._functions: Dict[Tuple[str, bool, bool], Any] = {}
-    with tf.device(device):
-      self._accumulators = [
-          tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
-                      name=f'{cell.params.name}_grad_sum_{i}')
-          for i, v in enumerate(tf.nest.flatten(cell.theta))
-          if IsDifferentiable(v)]
+    self._functions: Dict[Tuple[str, bool], Any] = {}
+    self._accumulators: Optional[List[tf.Variable]] = None
+    if accumulate:
+      with tf.device(device):
+        self._accumulators = [
+            tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                        name=f'{cell.params.name}_grad_sum_{i}')
+            for i, v in enumerate(tf.nest.flatten(cell.theta))
+            if IsDifferentiable(v)]
 
   # --- called by the pipeline ---------------------------------------------
 
@@ -71,9 +92,12 @@ class CellRunner:
               ) -> Tuple[tuple, NestedMap, Optional[tf.GradientTape]]:
     """Returns (cell outputs as a tuple, additive statistics, tape).
 
-    `inline` lets TensorFlow inline the traced function: right only without
-    recomputation and with one micro-batch, where nothing needs ordering (an
-    inlined forward could otherwise be merged with its recomputation).
+    `inline` builds the cell's ops in the caller's graph instead of calling
+    the traced function: right only without recomputation and with one
+    micro-batch, where nothing needs ordering (an inlined forward could
+    otherwise be merged with its recomputation). A call would hand the tape
+    every intermediate as a function output, and its gradient would add a
+    zero-filled gradient to each (ffn, K=1, M=1: 241 Fill and 176 AddN ops).
 
     With `record` (RematPolicy.NONE) the tape holds this call's activations
     for BackwardFromTape; it watches only this cell's theta and inputs, so
@@ -84,41 +108,44 @@ class CellRunner:
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     tape = None
     with tf.device(self.device):
+      forward = self._Forward if inline else self._Function('forward')
       if record:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
-          flat = self._Function('forward', inline)(flat_theta, flat_in)
+          flat = forward(flat_theta, flat_in)
       else:
-        flat = self._Function('forward', inline)(flat_theta, flat_in)
+        flat = forward(flat_theta, flat_in)
     num_out = len(tf.nest.flatten(self.out_structure))
     outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
     return outputs, updates, tape
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
-               first: bool) -> List[Any]:
-    """Recomputes the cell, adds its theta gradients to the accumulators
-    (`first`: replaces them) and returns the input gradients, flat; inputs
-    that are not floating point get None."""
+               sink: GradSink) -> Tuple[List[Any], Optional[List[Any]]]:
+    """Recomputes the cell and puts its theta gradients into `sink`.
+
+    Returns the input gradients, flat (None for inputs that are not floating
+    point), and with GradSink.RETURN the theta gradients, flat as theta
+    (None where theta is not floating point), else None.
+    """
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
-    kind = 'backward_first' if first else 'backward'
     with tf.device(self.device):
-      grads = self._Function(kind, False)(flat_theta, flat_in,
-                                          tf.nest.flatten(output_grads))
-    return self._InputGrads(grads, flat_in)
+      grads = self._Function(f'backward_{sink.value}')(
+          flat_theta, flat_in, tf.nest.flatten(output_grads))
+    return self._Split(grads, flat_theta, flat_in, sink)
 
   def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
                        inputs: tuple, outputs: tuple, output_grads: tuple,
-                       first: bool) -> List[Any]:
+                       sink: GradSink) -> Tuple[List[Any], Optional[List[Any]]]:
     """Backward without recomputation (RematPolicy.NONE), from a tape that
     recorded Forward; the gradient ops are placed on the cell's device.
-    Accumulates and returns as Backward does."""
+    Puts and returns gradients as Backward does."""
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
     with tf.device(self.device):
       grads = _Grads(tape, tf.nest.flatten(outputs), sources,
                      tf.nest.flatten(output_grads))
-      return self._InputGrads(self._Accumulate(grads, first), flat_in)
+      return self._Split(self._Put(grads, sink), flat_theta, flat_in, sink)
 
   def AccumulatedGradients(self, theta: NestedMap) -> List[Any]:
     """The theta gradients summed over this step's backward calls, flat as
@@ -129,16 +156,18 @@ class CellRunner:
       return [next(sums).read_value() if IsDifferentiable(x) else None
               for x in tf.nest.flatten(theta)]
 
-  def _Function(self, kind: str, inline: bool):
-    """The traced 'forward', 'backward' or 'backward_first': one per eval
-    mode (layers read it while tracing) and per inlining choice, named
-    '<cell name>_<kind>'."""
-    key = (kind, base_layer.IsEvalMode(), inline)
+  def _Function(self, kind: str):
+    """The traced 'forward' or 'backward_<GradSink value>': one per eval
+    mode (layers read it while tracing), named '<cell name>_<kind>'."""
+    key = (kind, base_layer.IsEvalMode())
     if key not in self._functions:
-      methods = {'forward': self._Forward, 'backward': self._Backward,
-                 'backward_first': self._BackwardFirst}
+      if kind == 'forward':
+        method = self._Forward
+      else:
+        sink = GradSink(kind[len('backward_'):])
+        method = functools.partial(self._Backward, sink=sink)
       self._functions[key] = _NamedFunction(
-          methods[kind], f'{self.cell.params.name}_{kind}', inline)
+          method, f'{self.cell.params.name}_{kind}')
     return self._functions[key]
 
   # --- traced bodies ------------------------------------------------------
@@ -152,13 +181,10 @@ class CellRunner:
       self.updates_structure = updates
       return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
 
-  def _BackwardFirst(self, flat_theta: List[Any], flat_in: List[Any],
-                     flat_dys: List[Any]) -> List[Any]:
-    return self._Backward(flat_theta, flat_in, flat_dys, first=True)
-
   def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
-                flat_dys: List[Any], first: bool = False) -> List[Any]:
-    """Returns the gradients of the floating-point inputs."""
+                flat_dys: List[Any], sink: GradSink) -> List[Any]:
+    """Returns the gradients of the floating-point inputs, after those of
+    the floating-point theta with GradSink.RETURN."""
     with tf.device(self.device):
       sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
       with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -170,7 +196,7 @@ class CellRunner:
           outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
       grads = _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
                      sources, flat_dys)
-      return self._Accumulate(grads, first)
+      return self._Put(grads, sink)
 
   def _LayerwiseRematFProp(self, theta: NestedMap, inputs: tuple) -> Any:
     """The cell's forward with each sublayer under tf.recompute_grad."""
@@ -191,27 +217,38 @@ class CellRunner:
     inputs = tf.nest.pack_sequence_as(self.in_structure, flat_in)
     return theta, tuple(inputs)
 
-  def _Accumulate(self, grads: Sequence[Any], first: bool) -> List[Any]:
-    """Adds (`first`: assigns) the leading theta gradients of `grads` to the
-    accumulators; returns the rest, the input gradients."""
-    num_theta = len(self._accumulators)
-    for acc, g in zip(self._accumulators, grads[:num_theta]):
-      if first:
+  def _Put(self, grads: Sequence[Any], sink: GradSink) -> List[Any]:
+    """Puts the leading theta gradients of `grads` into `sink`; returns the
+    input gradients, after the theta ones with GradSink.RETURN."""
+    if sink == GradSink.RETURN:
+      return list(grads)
+    if self._accumulators is None:
+      raise RuntimeError(f'Cell {self.cell.path!r} was built for M=1 (no '
+                         'gradient accumulators) but runs several micro-batches.')
+    for acc, g in zip(self._accumulators, grads):
+      if sink == GradSink.ASSIGN:
         acc.assign(g)
       else:
         acc.assign_add(g)
-    return list(grads[num_theta:])
+    return list(grads[len(self._accumulators):])
 
   @staticmethod
-  def _InputGrads(grads: Sequence[Any], flat_in: List[Any]) -> List[Any]:
+  def _Split(grads: Sequence[Any], flat_theta: List[Any], flat_in: List[Any],
+             sink: GradSink) -> Tuple[List[Any], Optional[List[Any]]]:
+    """(input gradients, theta gradients or None) from what _Put returned,
+    with None for what is not floating point."""
     it = iter(grads)
-    return [next(it) if IsDifferentiable(x) else None for x in flat_in]
+    theta_grads = None
+    if sink == GradSink.RETURN:
+      theta_grads = [next(it) if IsDifferentiable(x) else None
+                     for x in flat_theta]
+    return [next(it) if IsDifferentiable(x) else None for x in flat_in], theta_grads
 
 
-def _NamedFunction(method, name: str, inline: bool):
+def _NamedFunction(method, name: str):
   """A tf.function of `method` whose graph functions carry `name`.
 
-  Unless `inline`, it is never inlined into the caller's graph: the pipeline
+  It is never inlined into the caller's graph: the pipeline
   orders the calls on one device with control dependencies, and once inlined
   (Grappler's default) every micro-batch's ops started at once, which kept
   all of their activations alive (transformer-act at batch 8, K=1, M=8,
@@ -222,8 +259,8 @@ def _NamedFunction(method, name: str, inline: bool):
     return method(*args)
 
   Body.__name__ = name
-  attributes = {} if inline else {'_noinline': True}
-  return tf.function(Body, autograph=False, experimental_attributes=attributes)
+  return tf.function(Body, autograph=False,
+                     experimental_attributes={'_noinline': True})
 
 
 def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,

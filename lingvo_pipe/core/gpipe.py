@@ -73,11 +73,12 @@ class PipeliningLayer(base_layer.BaseLayer):
     if p.input_shapes is not None:
       _CheckCellBoundaries(cell_params, p.input_shapes)
     self.num_cells = len(cell_params)
+    accumulate = p.num_micro_batches > 1 or p.micro_batch_size > 0
     runners = []
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name, p.remat))
+      runners.append(cell_runner.CellRunner(cell, device.name, p.remat, accumulate))
     self.__dict__['_runners'] = runners
 
   @property
@@ -230,7 +231,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
     of the flat thetas summed over micro-batches on each cell's device (in
-    the cells' accumulators).
+    the cells' accumulators when M > 1).
     """
     p = self.params
     last = self.num_cells - 1
@@ -239,19 +240,23 @@ class PipeliningLayer(base_layer.BaseLayer):
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
     started = [False] * self.num_cells
     input_grads: List[Any] = [None] * num_micro
+    theta_grads: Dict[int, List[Any]] = {}
     previous: Dict[int, List[Any]] = {}
     for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
                                   schedule.Phase.BACKWARD):
       k, m = task.cell, task.micro_batch
       done = tasks[(k, m)]
       dy = tf.nest.pack_sequence_as(done.outputs, grads_out[(k, m)])
-      first, started[k] = not started[k], True
+      sink = cell_runner.GradSink.For(not started[k], num_micro)
+      started[k] = True
       with _After(previous.get(k)):
         if from_tapes:
-          dx = self._runners[k].BackwardFromTape(
-              done.tape, done.theta, done.inputs, done.outputs, dy, first)
+          dx, d_theta = self._runners[k].BackwardFromTape(
+              done.tape, done.theta, done.inputs, done.outputs, dy, sink)
         else:
-          dx = self._runners[k].Backward(done.theta, done.inputs, dy, first)
+          dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy, sink)
+      if d_theta is not None:
+        theta_grads[k] = d_theta
       previous[k] = [g for g in dx if g is not None]
       if k > 0:
         grads_out[(k - 1, m)] = [
@@ -261,9 +266,10 @@ class PipeliningLayer(base_layer.BaseLayer):
         input_grads[m] = dx
     with tf.device(self.devices[0].name):
       d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
-    theta_grads = [runner.AccumulatedGradients(tasks[(k, 0)].theta)
-                   for k, runner in enumerate(self._runners)]
-    return d_inputs, [g for grads in theta_grads for g in grads]
+    for k, runner in enumerate(self._runners):
+      if k not in theta_grads:
+        theta_grads[k] = runner.AccumulatedGradients(tasks[(k, 0)].theta)
+    return d_inputs, [g for k in range(self.num_cells) for g in theta_grads[k]]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):

@@ -65,9 +65,29 @@ def test_ffn_with_dropout(k, m):
 
 
 @pytest.mark.parametrize('remat', list(gpipe.RematPolicy))
-def test_every_remat_policy(remat):
+@pytest.mark.parametrize('m', [1, 4])
+def test_every_remat_policy(remat, m):
+  """M=1 hands the weight gradients on; M=4 sums them in accumulators."""
   layers, shape = models.ConvNetLayers(keep_prob=0.8)
-  _CheckTransparent(layers, shape, 4, 4, remat=remat)
+  _CheckTransparent(layers, shape, 4, m, remat=remat)
+
+
+@pytest.mark.parametrize('remat', list(gpipe.RematPolicy))
+def test_one_step_function_with_one_then_several_micro_batches(remat):
+  """micro_batch_size=4: a batch of 4 is M=1 (no accumulators), a batch of
+  16 retraces the same step function with M=4, which makes them then."""
+  layers, shape = models.FfnLayers(keep_prob=1.0)
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, splits=[4], micro_batch_size=4,
+      remat=remat).Instantiate()
+  step = models.TrainStep(pipe, step=0)
+  for batch in (4, 16, 4):
+    x = tf.random.stateless_normal([batch, shape[1]], [batch, 1])
+    ref = models.SequentialReference(pipe, (x,), batch // 4, step=0)
+    _, loss, grads = step(x)
+    _AssertClose(loss, ref['loss'])
+    for g, rg in zip(grads, ref['grads']):
+      _AssertClose(g, rg)
 
 
 @pytest.mark.parametrize('m', [1, 4])
