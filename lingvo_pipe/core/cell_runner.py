@@ -17,11 +17,12 @@ ready, as without the pipeline.
 
 import enum
 import functools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import deferred_grads
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 
@@ -51,12 +52,13 @@ def IsDifferentiable(x: Any) -> bool:
 
 
 def _Grads(tape: tf.GradientTape, ys: Sequence[Any], xs: Sequence[Any],
-           dys: Sequence[Any]) -> List[Any]:
-  """Vector-Jacobian product; unconnected inputs get zeros."""
+           dys: Sequence[Any],
+           unconnected=tf.UnconnectedGradients.ZERO) -> List[Any]:
+  """Vector-Jacobian product; unconnected inputs get zeros (or None)."""
   diff_ys = [(y, dy) for y, dy in zip(ys, dys) if IsDifferentiable(y)]
   return tape.gradient([y for y, _ in diff_ys], list(xs),
                        output_gradients=[dy for _, dy in diff_ys],
-                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                       unconnected_gradients=unconnected)
 
 
 class CellRunner:
@@ -75,7 +77,13 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    self._functions: Dict[Tuple[str, bool], Any] = {}
+    self._functions: Dict[Tuple[str, bool, int], Any] = {}
+    # Per traced backward: the weight index of each deferred factor pair it
+    # returns, and the weights whose gradient is all deferred.
+    self._deferrals: Dict[Tuple[str, bool, int], Tuple[List[int], Set[int]]] = {}
+    # This step's deferred factor pairs by weight index, and that set.
+    self._step_factors: Dict[int, List[Tuple[Any, Any]]] = {}
+    self._step_deferred_only: Set[int] = set()
     self._accumulators: Optional[List[tf.Variable]] = None
     if accumulate:
       with tf.device(device):
@@ -108,7 +116,7 @@ class CellRunner:
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     tape = None
     with tf.device(self.device):
-      forward = self._Forward if inline else self._Function('forward')
+      forward = self._Forward if inline else self._Function(self._Key('forward'))
       if record:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
@@ -121,18 +129,29 @@ class CellRunner:
     return outputs, updates, tape
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
-               sink: GradSink) -> Tuple[List[Any], Optional[List[Any]]]:
-    """Recomputes the cell and puts its theta gradients into `sink`.
+               sink: GradSink, num_micro: int
+               ) -> Tuple[List[Any], Optional[List[Any]]]:
+    """Recomputes the cell and puts its theta gradients into `sink`; with
+    PER_CELL and several micro-batches, projections may defer their weight
+    gradients to SummedGradients (deferred_grads).
 
     Returns the input gradients, flat (None for inputs that are not floating
     point), and with GradSink.RETURN the theta gradients, flat as theta
     (None where theta is not floating point), else None.
     """
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
+    key = self._Key(f'backward_{sink.value}', num_micro)
     with tf.device(self.device):
-      grads = self._Function(f'backward_{sink.value}')(
-          flat_theta, flat_in, tf.nest.flatten(output_grads))
-    return self._Split(grads, flat_theta, flat_in, sink)
+      grads = self._Function(key)(flat_theta, flat_in,
+                                  tf.nest.flatten(output_grads))
+    owners, self._step_deferred_only = self._deferrals[key]
+    if sink == GradSink.ASSIGN:
+      self._step_factors = {}
+    factors = grads[len(grads) - 2 * len(owners):]
+    for i, owner in enumerate(owners):
+      self._step_factors.setdefault(owner, []).append(
+          (factors[2 * i], factors[2 * i + 1]))
+    return self._Split(grads[:len(grads) - len(factors)], flat_theta, flat_in, sink)
 
   def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
                        inputs: tuple, outputs: tuple, output_grads: tuple,
@@ -147,25 +166,41 @@ class CellRunner:
                      tf.nest.flatten(output_grads))
       return self._Split(self._Put(grads, sink), flat_theta, flat_in, sink)
 
-  def AccumulatedGradients(self, theta: NestedMap) -> List[Any]:
-    """The theta gradients summed over this step's backward calls, flat as
-    theta; None where theta is not floating point. Call after the last
-    Backward: reads of the accumulators are ordered after it."""
-    sums = iter(self._accumulators)
+  def SummedGradients(self, theta: NestedMap) -> List[Any]:
+    """The theta gradients summed over this step's backward calls (the
+    accumulators plus the deferred products), flat as theta; None where
+    theta is not floating point. Call after the last Backward: reads of the
+    accumulators are ordered after it."""
+    sums = iter(enumerate(self._accumulators))
+    grads = []
     with tf.device(self.device):
-      return [next(sums).read_value() if IsDifferentiable(x) else None
-              for x in tf.nest.flatten(theta)]
+      for x in tf.nest.flatten(theta):
+        if not IsDifferentiable(x):
+          grads.append(None)
+          continue
+        i, acc = next(sums)
+        parts = [] if i in self._step_deferred_only else [acc.read_value()]
+        if i in self._step_factors:
+          parts.append(deferred_grads.Product(self._step_factors[i]))
+        grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
+    return grads
 
-  def _Function(self, kind: str):
-    """The traced 'forward' or 'backward_<GradSink value>': one per eval
-    mode (layers read it while tracing), named '<cell name>_<kind>'."""
-    key = (kind, base_layer.IsEvalMode())
+  def _Key(self, kind: str, num_micro: int = 1) -> Tuple[str, bool, int]:
+    """A traced function's key: per eval mode (layers read it while
+    tracing) and per M (which projections defer depends on it)."""
+    return kind, base_layer.IsEvalMode(), num_micro
+
+  def _Function(self, key: Tuple[str, bool, int]):
+    """The traced 'forward' or 'backward_<GradSink value>' of `key`, named
+    '<cell name>_<kind>'."""
     if key not in self._functions:
+      kind, _, num_micro = key
       if kind == 'forward':
         method = self._Forward
       else:
-        sink = GradSink(kind[len('backward_'):])
-        method = functools.partial(self._Backward, sink=sink)
+        method = functools.partial(self._Backward, key=key,
+                                   sink=GradSink(kind[len('backward_'):]),
+                                   num_micro=num_micro)
       self._functions[key] = _NamedFunction(
           method, f'{self.cell.params.name}_{kind}')
     return self._functions[key]
@@ -182,21 +217,35 @@ class CellRunner:
       return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
 
   def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
-                flat_dys: List[Any], sink: GradSink) -> List[Any]:
+                flat_dys: List[Any], key: Tuple[str, bool, int],
+                sink: GradSink, num_micro: int) -> List[Any]:
     """Returns the gradients of the floating-point inputs, after those of
-    the floating-point theta with GradSink.RETURN."""
+    the floating-point theta with GradSink.RETURN, then the deferred factor
+    pairs (recorded in self._deferrals[key])."""
     with tf.device(self.device):
-      sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
-      with tf.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(sources)
-        theta, inputs = self._Pack(flat_theta, flat_in)
-        if self.remat == RematPolicy.PER_LAYER:
-          outputs = self._LayerwiseRematFProp(theta, inputs)
-        else:
-          outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
-      grads = _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
-                     sources, flat_dys)
-      return self._Put(grads, sink)
+      weights = [x for x in flat_theta if IsDifferentiable(x)]
+      sources = weights + [x for x in flat_in if IsDifferentiable(x)]
+      defer = sink != GradSink.RETURN and self.remat == RematPolicy.PER_CELL
+      with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+          tape.watch(sources)
+          theta, inputs = self._Pack(flat_theta, flat_in)
+          if self.remat == RematPolicy.PER_LAYER:
+            outputs = self._LayerwiseRematFProp(theta, inputs)
+          else:
+            outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
+        grads = _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
+                       sources, flat_dys, tf.UnconnectedGradients.NONE)
+      deferred_only = {i for i in collector.factors if grads[i] is None}
+      grads = [g if g is not None or i in deferred_only else tf.zeros_like(x)
+               for i, (x, g) in enumerate(zip(sources, grads))]
+      owners, factors = [], []
+      for i, pairs in sorted(collector.factors.items()):
+        for a, b in pairs:
+          owners.append(i)
+          factors += [a, b]
+      self._deferrals[key] = (owners, deferred_only)
+      return self._Put(grads, sink) + factors
 
   def _LayerwiseRematFProp(self, theta: NestedMap, inputs: tuple) -> Any:
     """The cell's forward with each sublayer under tf.recompute_grad."""
@@ -226,6 +275,8 @@ class CellRunner:
       raise RuntimeError(f'Cell {self.cell.path!r} was built for M=1 (no '
                          'gradient accumulators) but runs several micro-batches.')
     for acc, g in zip(self._accumulators, grads):
+      if g is None:  # deferred
+        continue
       if sink == GradSink.ASSIGN:
         acc.assign(g)
       else:

@@ -231,7 +231,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
     of the flat thetas summed over micro-batches on each cell's device (in
-    the cells' accumulators when M > 1).
+    the cells' accumulators and deferred products when M > 1).
     """
     p = self.params
     last = self.num_cells - 1
@@ -254,7 +254,8 @@ class PipeliningLayer(base_layer.BaseLayer):
           dx, d_theta = self._runners[k].BackwardFromTape(
               done.tape, done.theta, done.inputs, done.outputs, dy, sink)
         else:
-          dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy, sink)
+          dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy,
+                                                  sink, num_micro)
       if d_theta is not None:
         theta_grads[k] = d_theta
       previous[k] = [g for g in dx if g is not None]
@@ -268,7 +269,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
     for k, runner in enumerate(self._runners):
       if k not in theta_grads:
-        theta_grads[k] = runner.AccumulatedGradients(tasks[(k, 0)].theta)
+        theta_grads[k] = runner.SummedGradients(tasks[(k, 0)].theta)
     return d_inputs, [g for k in range(self.num_cells) for g in theta_grads[k]]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:

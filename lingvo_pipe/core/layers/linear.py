@@ -5,6 +5,7 @@ from typing import Any, List
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import deferred_grads
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
@@ -87,22 +88,41 @@ def _MatMulByTransposed(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
   return tf.raw_ops.BatchMatMulV2(x=a, y=b, adj_y=True)
 
 
+def _Claim(x: tf.Tensor, w: tf.Tensor):
+  """(collector, index of w) if w's gradient is deferred, else (None, None)."""
+  collector = deferred_grads.Active()
+  index = collector.Claim(w, x.shape[0]) if collector else None
+  return (collector, index) if index is not None else (None, None)
+
+
 @tf.custom_gradient
 def _MatMul(x: tf.Tensor, w: tf.Tensor):
-  """x [n, i] @ w [i, o], whose input gradient avoids MatMul(transpose_b)."""
+  """x [n, i] @ w [i, o], whose input gradient avoids MatMul(transpose_b);
+  its weight gradient x^T dy may be deferred (deferred_grads)."""
+  collector, index = _Claim(x, w)
 
   def Grad(dy):
-    return _MatMulByTransposed(dy, w), tf.matmul(x, dy, transpose_a=True)
+    dx = _MatMulByTransposed(dy, w)
+    if collector:
+      collector.Record(index, x, dy)
+      return dx, None
+    return dx, tf.matmul(x, dy, transpose_a=True)
 
   return tf.matmul(x, w), Grad
 
 
 @tf.custom_gradient
 def _MatMulTransposed(x: tf.Tensor, w: tf.Tensor):
-  """x [n, i] @ w [o, i] transposed, without MatMul(transpose_b)."""
+  """x [n, i] @ w [o, i] transposed, without MatMul(transpose_b); its
+  weight gradient dy^T x may be deferred (deferred_grads)."""
+  collector, index = _Claim(x, w)
 
   def Grad(dy):
-    return tf.matmul(dy, w), tf.matmul(dy, x, transpose_a=True)
+    dx = tf.matmul(dy, w)
+    if collector:
+      collector.Record(index, dy, x)
+      return dx, None
+    return dx, tf.matmul(dy, x, transpose_a=True)
 
   return _MatMulByTransposed(x, w), Grad
 
