@@ -12,7 +12,8 @@ as the tape produces them: only one weight-sized sum per cell is alive, not
 the sum, the micro-batch's gradients and their new sum (ffn, K=1, M=4:
 385 MiB allocator peak with sums as tensors). With one micro-batch it hands
 them on, so that the optimizer updates a weight as soon as its gradient is
-ready, as without the pipeline.
+ready, as without the pipeline. Under PER_CELL remat, projections with few
+rows per step defer theirs to one product per step (deferred_grads).
 """
 
 import enum
@@ -65,11 +66,9 @@ class CellRunner:
   """Runs cell k: forward per micro-batch, backward with recomputation."""
 
   def __init__(self, cell: base_layer.BaseLayer, device: str,
-               remat: RematPolicy, accumulate: bool) -> None:
+               remat: RematPolicy) -> None:
     """The traced functions are named '<cell name>_forward' /
-    '_backward_<GradSink value>'. Without `accumulate` (M is always 1) no
-    accumulators are made; they would hold weight-sized memory for nothing.
-    """
+    '_backward_<GradSink value>'."""
     self.cell = cell
     self.device = device
     self.remat = remat
@@ -84,14 +83,14 @@ class CellRunner:
     # This step's deferred factor pairs by weight index, and that set.
     self._step_factors: Dict[int, List[Tuple[Any, Any]]] = {}
     self._step_deferred_only: Set[int] = set()
-    self._accumulators: Optional[List[tf.Variable]] = None
-    if accumulate:
-      with tf.device(device):
-        self._accumulators = [
-            tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
-                        name=f'{cell.params.name}_grad_sum_{i}')
-            for i, v in enumerate(tf.nest.flatten(cell.theta))
-            if IsDifferentiable(v)]
+    # Shapeless and empty until first assigned: the sum of a gradient that
+    # is handed on (M=1) or deferred never takes memory.
+    with tf.device(device):
+      self._accumulators = [
+          tf.Variable(tf.zeros([0], v.dtype), shape=tf.TensorShape(None),
+                      trainable=False, name=f'{cell.params.name}_grad_sum_{i}')
+          for i, v in enumerate(tf.nest.flatten(cell.theta))
+          if IsDifferentiable(v)]
 
   # --- called by the pipeline ---------------------------------------------
 
@@ -179,7 +178,8 @@ class CellRunner:
           grads.append(None)
           continue
         i, acc = next(sums)
-        parts = [] if i in self._step_deferred_only else [acc.read_value()]
+        parts = ([] if i in self._step_deferred_only else
+                 [tf.ensure_shape(acc.read_value(), x.shape)])
         if i in self._step_factors:
           parts.append(deferred_grads.Product(self._step_factors[i]))
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
@@ -271,9 +271,6 @@ class CellRunner:
     input gradients, after the theta ones with GradSink.RETURN."""
     if sink == GradSink.RETURN:
       return list(grads)
-    if self._accumulators is None:
-      raise RuntimeError(f'Cell {self.cell.path!r} was built for M=1 (no '
-                         'gradient accumulators) but runs several micro-batches.')
     for acc, g in zip(self._accumulators, grads):
       if g is None:  # deferred
         continue

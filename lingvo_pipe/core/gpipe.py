@@ -73,12 +73,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     if p.input_shapes is not None:
       _CheckCellBoundaries(cell_params, p.input_shapes)
     self.num_cells = len(cell_params)
-    accumulate = p.num_micro_batches > 1 or p.micro_batch_size > 0
     runners = []
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name, p.remat, accumulate))
+      runners.append(cell_runner.CellRunner(cell, device.name, p.remat))
     self.__dict__['_runners'] = runners
 
   @property
