@@ -91,7 +91,7 @@ def _MatMulByTransposed(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 def _Claim(x: tf.Tensor, w: tf.Tensor):
   """(collector, index of w) if w's gradient is deferred, else (None, None)."""
   collector = deferred_grads.Active()
-  index = collector.Claim(w, x.shape[0]) if collector else None
+  index = collector.Claim(w, x.shape[0]) if collector is not None else None
   return (collector, index) if index is not None else (None, None)
 
 
@@ -103,7 +103,7 @@ def _MatMul(x: tf.Tensor, w: tf.Tensor):
 
   def Grad(dy):
     dx = _MatMulByTransposed(dy, w)
-    if collector:
+    if collector is not None:
       collector.Record(index, x, dy)
       return dx, None
     return dx, tf.matmul(x, dy, transpose_a=True)
@@ -119,7 +119,7 @@ def _MatMulTransposed(x: tf.Tensor, w: tf.Tensor):
 
   def Grad(dy):
     dx = tf.matmul(dy, w)
-    if collector:
+    if collector is not None:
       collector.Record(index, dy, x)
       return dx, None
     return dx, tf.matmul(dy, x, transpose_a=True)
