@@ -74,8 +74,9 @@ def test_every_remat_policy(remat, m):
 
 @pytest.mark.parametrize('remat', list(gpipe.RematPolicy))
 def test_one_step_function_with_one_then_several_micro_batches(remat):
-  """micro_batch_size=4: a batch of 4 is M=1 (no accumulators), a batch of
-  16 retraces the same step function with M=4, which makes them then."""
+  """micro_batch_size=4: a batch of 4 is M=1 (gradients handed on), a batch
+  of 16 retraces the same step function with M=4 (gradients summed in the
+  accumulators, which take memory only then), then 4 again."""
   layers, shape = models.FfnLayers(keep_prob=1.0)
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, splits=[4], micro_batch_size=4,
