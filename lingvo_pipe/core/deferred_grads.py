@@ -38,7 +38,7 @@ class Collector:
     deferred: `w` is one of the weights, and the step's factors (M * rows
     rows of w's two dims) are no bigger than `w`."""
     index = self._index.get(w.ref())
-    if index is None or rows is None:
+    if index is None or rows is None or not w.shape.is_fully_defined():
       return None
     in_dim, out_dim = w.shape
     if self._num_micro * rows * (in_dim + out_dim) > in_dim * out_dim:
