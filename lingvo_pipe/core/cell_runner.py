@@ -48,6 +48,10 @@ class GradSink(enum.Enum):
     return cls.ASSIGN if first else cls.ADD
 
 
+# A traced function's key: (GradSink or None for the forward, eval mode, M).
+_FunctionKey = Tuple[Optional[GradSink], bool, int]
+
+
 def IsDifferentiable(x: Any) -> bool:
   return tf.as_dtype(x.dtype).is_floating
 
@@ -76,10 +80,10 @@ class CellRunner:
     self.in_structure: Any = None
     self.out_structure: Any = None
     self.updates_structure: Any = None
-    self._functions: Dict[Tuple[str, bool, int], Any] = {}
+    self._functions: Dict[_FunctionKey, Any] = {}
     # Per traced backward: the weight index of each deferred factor pair it
     # returns, and the weights whose gradient is all deferred.
-    self._deferrals: Dict[Tuple[str, bool, int], Tuple[List[int], Set[int]]] = {}
+    self._deferrals: Dict[_FunctionKey, Tuple[List[int], Set[int]]] = {}
     # This step's deferred factor pairs by weight index, and that set.
     self._step_factors: Dict[int, List[Tuple[Any, Any]]] = {}
     self._step_deferred_only: Set[int] = set()
@@ -115,7 +119,7 @@ class CellRunner:
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     tape = None
     with tf.device(self.device):
-      forward = self._Forward if inline else self._Function(self._Key('forward'))
+      forward = self._Forward if inline else self._Function(self._Key(None))
       if record:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
@@ -139,7 +143,7 @@ class CellRunner:
     (None where theta is not floating point), else None.
     """
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
-    key = self._Key(f'backward_{sink.value}', num_micro)
+    key = self._Key(sink, num_micro)
     with tf.device(self.device):
       grads = self._Function(key)(flat_theta, flat_in,
                                   tf.nest.flatten(output_grads))
@@ -185,22 +189,24 @@ class CellRunner:
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
     return grads
 
-  def _Key(self, kind: str, num_micro: int = 1) -> Tuple[str, bool, int]:
-    """A traced function's key: per eval mode (layers read it while
-    tracing) and per M (which projections defer depends on it)."""
-    return kind, base_layer.IsEvalMode(), num_micro
+  @staticmethod
+  def _Key(sink: Optional[GradSink], num_micro: int = 1) -> _FunctionKey:
+    """A traced function's key: the forward's (sink None) or a backward's,
+    per eval mode (layers read it while tracing) and per M (which
+    projections defer depends on it)."""
+    return sink, base_layer.IsEvalMode(), num_micro
 
-  def _Function(self, key: Tuple[str, bool, int]):
-    """The traced 'forward' or 'backward_<GradSink value>' of `key`, named
-    '<cell name>_<kind>'."""
+  def _Function(self, key: _FunctionKey):
+    """The traced forward or backward of `key`, named '<cell name>_forward'
+    or '<cell name>_backward_<GradSink value>'."""
     if key not in self._functions:
-      kind, _, num_micro = key
-      if kind == 'forward':
-        method = self._Forward
+      sink, _, num_micro = key
+      if sink is None:
+        method, kind = self._Forward, 'forward'
       else:
-        method = functools.partial(self._Backward, key=key,
-                                   sink=GradSink(kind[len('backward_'):]),
+        method = functools.partial(self._Backward, key=key, sink=sink,
                                    num_micro=num_micro)
+        kind = f'backward_{sink.value}'
       self._functions[key] = _NamedFunction(
           method, f'{self.cell.params.name}_{kind}')
     return self._functions[key]
@@ -217,7 +223,7 @@ class CellRunner:
       return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
 
   def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
-                flat_dys: List[Any], key: Tuple[str, bool, int],
+                flat_dys: List[Any], key: _FunctionKey,
                 sink: GradSink, num_micro: int) -> List[Any]:
     """Returns the gradients of the floating-point inputs, after those of
     the floating-point theta with GradSink.RETURN, then the deferred factor
