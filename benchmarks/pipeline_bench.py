@@ -28,6 +28,9 @@ flags.DEFINE_integer('k', 1, 'Cells (devices).')
 flags.DEFINE_integer('m', 1, 'Micro-batches.')
 flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
                   'Rematerialization policy.')
+flags.DEFINE_bool('remat_last_micro_batch', False, 'With --remat=per_cell, '
+                  "recompute each cell's last micro-batch too (PipeliningLayer's "
+                  'remat_last_micro_batch).')
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')
@@ -62,7 +65,8 @@ def _BuildModel(workload):
   return gpipe.PipeliningLayer.Params().Set(
       name='model', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
       input_shapes=[workload.input_shape],
-      remat=gpipe.RematPolicy(FLAGS.remat)).Instantiate()
+      remat=gpipe.RematPolicy(FLAGS.remat),
+      remat_last_micro_batch=FLAGS.remat_last_micro_batch).Instantiate()
 
 
 def GraphOps(concrete_fn) -> int:
@@ -109,6 +113,7 @@ def Run(workload_name: str) -> dict:
       baseline=FLAGS.baseline, K=1 if FLAGS.baseline else FLAGS.k,
       M=1 if FLAGS.baseline else FLAGS.m,
       remat='none' if FLAGS.baseline else FLAGS.remat,
+      remat_last_micro_batch=FLAGS.remat_last_micro_batch and not FLAGS.baseline,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,
       bfc_peak_bytes=step_peak,

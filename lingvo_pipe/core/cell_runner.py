@@ -14,8 +14,13 @@ the sum, the micro-batch's gradients and their new sum (ffn, K=1, M=4:
 them on, so that the optimizer updates a weight as soon as its gradient is
 ready, as without the pipeline. Under PER_CELL remat, projections with few
 rows per step defer theirs to one product per step (deferred_grads).
+
+A forward may instead be recorded (no remat, or a micro-batch kept from
+recomputation): its ops are kept on a tape and its backward reads them.
 """
 
+import contextlib
+import dataclasses
 import enum
 import functools
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -24,6 +29,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import deferred_grads
+from lingvo_pipe.core import trace_calls
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 
@@ -50,6 +56,16 @@ class GradSink(enum.Enum):
 
 # A traced function's key: (GradSink or None for the forward, eval mode, M).
 _FunctionKey = Tuple[Optional[GradSink], bool, int]
+
+
+@dataclasses.dataclass
+class Recording:
+  """A forward kept for its backward: the tape of its activations, the
+  collector of the projections that defer their weight gradients, if any,
+  and whether its ops are inlined (under trace_calls' kept scopes)."""
+  tape: tf.GradientTape
+  collector: Optional[deferred_grads.Collector]
+  inlined: bool
 
 
 def IsDifferentiable(x: Any) -> bool:
@@ -99,37 +115,46 @@ class CellRunner:
   # --- called by the pipeline ---------------------------------------------
 
   def Forward(self, theta: NestedMap, inputs: tuple, record: bool = False,
-              inline: bool = False
-              ) -> Tuple[tuple, NestedMap, Optional[tf.GradientTape]]:
-    """Returns (cell outputs as a tuple, additive statistics, tape).
+              inline: bool = False, num_micro: int = 1
+              ) -> Tuple[tuple, NestedMap, Optional[Recording]]:
+    """Returns (cell outputs as a tuple, additive statistics, recording).
 
     `inline` builds the cell's ops in the caller's graph instead of calling
-    the traced function: right only without recomputation and with one
-    micro-batch, where nothing needs ordering (an inlined forward could
-    otherwise be merged with its recomputation). A call would hand the tape
-    every intermediate as a function output, and its gradient would add a
+    the traced function, for a recorded forward that no recomputation of
+    the same micro-batch follows (an inlined forward could otherwise be
+    merged with its recomputation). A call would hand the tape every
+    intermediate as a function output, and its gradient would add a
     zero-filled gradient to each (ffn, K=1, M=1: 241 Fill and 176 AddN ops).
+    Inlined ops go under the name scope trace_calls.KEPT_FORWARD_SCOPE, by
+    which the timeline finds them.
 
-    With `record` (RematPolicy.NONE) the tape holds this call's activations
-    for BackwardFromTape; it watches only this cell's theta and inputs, so
-    its gradient stops at the cell boundary. Otherwise the tape is None.
+    With `record` the Recording holds this forward's activations for
+    BackwardFromTape; its tape watches only this cell's theta and inputs, so
+    its gradient stops at the cell boundary. An inlined forward of one of
+    `num_micro` > 1 micro-batches under PER_CELL remat defers weight
+    gradients as the recomputing backward does. Without `record` the
+    recording is None.
     """
     self.theta_structure = theta
     self.in_structure = inputs
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
-    tape = None
-    with tf.device(self.device):
+    recording = None
+    with tf.device(self.device), _KeptScope(trace_calls.KEPT_FORWARD_SCOPE, inline):
       forward = self._Forward if inline else self._Function(self._Key(None))
       if record:
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-          tape.watch([x for x in flat_theta + flat_in if IsDifferentiable(x)])
-          flat = forward(flat_theta, flat_in)
+        weights = [x for x in flat_theta if IsDifferentiable(x)]
+        defer = inline and self._Defers(num_micro)
+        with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
+          with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(weights + [x for x in flat_in if IsDifferentiable(x)])
+            flat = forward(flat_theta, flat_in)
+        recording = Recording(tape, collector if defer else None, inline)
       else:
         flat = forward(flat_theta, flat_in)
     num_out = len(tf.nest.flatten(self.out_structure))
     outputs = tf.nest.pack_sequence_as(self.out_structure, flat[:num_out])
     updates = tf.nest.pack_sequence_as(self.updates_structure, flat[num_out:])
-    return outputs, updates, tape
+    return outputs, updates, recording
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
                sink: GradSink, num_micro: int
@@ -147,26 +172,30 @@ class CellRunner:
     with tf.device(self.device):
       grads = self._Function(key)(flat_theta, flat_in,
                                   tf.nest.flatten(output_grads))
-    owners, self._step_deferred_only = self._deferrals[key]
-    if sink == GradSink.ASSIGN:
-      self._step_factors = {}
+    owners, deferred_only = self._deferrals[key]
     factors = grads[len(grads) - 2 * len(owners):]
+    pairs: Dict[int, List[Tuple[Any, Any]]] = {}
     for i, owner in enumerate(owners):
-      self._step_factors.setdefault(owner, []).append(
-          (factors[2 * i], factors[2 * i + 1]))
+      pairs.setdefault(owner, []).append((factors[2 * i], factors[2 * i + 1]))
+    self._KeepFactors(pairs, deferred_only, sink)
     return self._Split(grads[:len(grads) - len(factors)], flat_theta, flat_in, sink)
 
-  def BackwardFromTape(self, tape: tf.GradientTape, theta: NestedMap,
+  def BackwardFromTape(self, recording: Recording, theta: NestedMap,
                        inputs: tuple, outputs: tuple, output_grads: tuple,
                        sink: GradSink) -> Tuple[List[Any], Optional[List[Any]]]:
-    """Backward without recomputation (RematPolicy.NONE), from a tape that
-    recorded Forward; the gradient ops are placed on the cell's device.
-    Puts and returns gradients as Backward does."""
+    """Backward without recomputation, from the Recording of a Forward; the
+    gradient ops are placed on the cell's device, those of an inlined
+    forward under the name scope trace_calls.KEPT_BACKWARD_SCOPE. Puts and
+    returns gradients as Backward does."""
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
-    with tf.device(self.device):
-      grads = _Grads(tape, tf.nest.flatten(outputs), sources,
-                     tf.nest.flatten(output_grads))
+    with tf.device(self.device), _KeptScope(trace_calls.KEPT_BACKWARD_SCOPE,
+                                            recording.inlined):
+      grads = _Grads(recording.tape, tf.nest.flatten(outputs), sources,
+                     tf.nest.flatten(output_grads), tf.UnconnectedGradients.NONE)
+      collector = recording.collector
+      grads, deferred_only = _SettleDeferred(sources, grads, collector)
+      self._KeepFactors(collector.factors if collector else {}, deferred_only, sink)
       return self._Split(self._Put(grads, sink), flat_theta, flat_in, sink)
 
   def SummedGradients(self, theta: NestedMap) -> List[Any]:
@@ -231,7 +260,7 @@ class CellRunner:
     with tf.device(self.device):
       weights = [x for x in flat_theta if IsDifferentiable(x)]
       sources = weights + [x for x in flat_in if IsDifferentiable(x)]
-      defer = sink != GradSink.RETURN and self.remat == RematPolicy.PER_CELL
+      defer = self._Defers(num_micro)
       with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(sources)
@@ -242,9 +271,7 @@ class CellRunner:
             outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
         grads = _Grads(tape, tf.nest.flatten(containers.AsTuple(outputs)),
                        sources, flat_dys, tf.UnconnectedGradients.NONE)
-      deferred_only = {i for i in collector.factors if grads[i] is None}
-      grads = [g if g is not None or i in deferred_only else tf.zeros_like(x)
-               for i, (x, g) in enumerate(zip(sources, grads))]
+      grads, deferred_only = _SettleDeferred(sources, grads, collector)
       owners, factors = [], []
       for i, pairs in sorted(collector.factors.items()):
         for a, b in pairs:
@@ -266,6 +293,22 @@ class CellRunner:
     return containers.UnwrapSingle(outputs)
 
   # --- helpers -------------------------------------------------------------
+
+  def _Defers(self, num_micro: int) -> bool:
+    """Whether projections defer their weight gradients (deferred_grads):
+    under PER_CELL remat with several micro-batches."""
+    return self.remat == RematPolicy.PER_CELL and num_micro > 1
+
+  def _KeepFactors(self, pairs: Dict[int, List[Tuple[Any, Any]]],
+                   deferred_only: Set[int], sink: GradSink) -> None:
+    """Adds one backward's deferred factor pairs (by weight index) to the
+    step's; the step's first backward (GradSink.ASSIGN) starts them anew.
+    The backwards of one step defer the same weights."""
+    if sink == GradSink.ASSIGN:
+      self._step_factors = {}
+    self._step_deferred_only = deferred_only
+    for owner, owner_pairs in pairs.items():
+      self._step_factors.setdefault(owner, []).extend(owner_pairs)
 
   def _Pack(self, flat_theta: List[Any], flat_in: List[Any]) -> Tuple[NestedMap, tuple]:
     theta = tf.nest.pack_sequence_as(self.theta_structure, flat_theta)
@@ -297,6 +340,22 @@ class CellRunner:
       theta_grads = [next(it) if IsDifferentiable(x) else None
                      for x in flat_theta]
     return [next(it) if IsDifferentiable(x) else None for x in flat_in], theta_grads
+
+
+def _KeptScope(name: str, inlined: bool):
+  """The name scope `name` for inlined ops, else no scope."""
+  return tf.name_scope(name) if inlined else contextlib.nullcontext()
+
+
+def _SettleDeferred(sources: Sequence[Any], grads: Sequence[Any],
+                    collector: Optional[deferred_grads.Collector]
+                    ) -> Tuple[List[Any], Set[int]]:
+  """(grads with zeros for unconnected sources, the indices of the weights
+  whose gradient is all deferred into `collector`, which stay None)."""
+  deferred_only = ({i for i in collector.factors if grads[i] is None}
+                   if collector is not None else set())
+  return ([g if g is not None or i in deferred_only else tf.zeros_like(x)
+           for i, (x, g) in enumerate(zip(sources, grads))], deferred_only)
 
 
 def _NamedFunction(method, name: str):

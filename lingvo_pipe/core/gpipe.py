@@ -4,7 +4,9 @@ Training runs one `tf.custom_gradient` over the whole pipeline. Its forward
 streams the micro-batches through the cells in schedule order (fill) and
 keeps only each cell's inputs; its gradient function streams them back in
 reverse (drain), recomputing each cell on its own device, and sums each
-cell's weight gradients over the micro-batches on that device. Batch-norm
+cell's weight gradients over the micro-batches on that device. Under
+per-cell remat each cell's last micro-batch keeps its activations instead
+of being recomputed, unless asked (torchgpipe's 'except_last'). Batch-norm
 statistics are summed over micro-batches and applied once per step.
 """
 
@@ -60,6 +62,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('devices', None, 'Device names of the cells (cell k on '
              'devices[k]); None: the local devices (cluster.LocalDevices).')
     p.Define('remat', RematPolicy.PER_CELL, 'A RematPolicy.')
+    p.Define('remat_last_micro_batch', False, 'With RematPolicy.PER_CELL, '
+             "recompute each cell's last micro-batch too. False keeps its "
+             "activations (torchgpipe's except_last): its backward is the "
+             "cell's first, and recomputing would restore them all for it "
+             "anyway, so no device's peak grows. PER_LAYER always recomputes.")
     p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind.')
     return p
 
@@ -135,12 +142,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     return base_layer.WithStepSeed(theta, seeds[0] + tf.constant([0, m], tf.int64))
 
   def _RunForward(self, thetas: List[NestedMap], micro_inputs: List[tuple],
-                  record: bool = False) -> Tuple[Dict[Tuple[int, int], '_Task'],
-                                                 List[NestedMap]]:
+                  training: bool = False) -> Tuple[Dict[Tuple[int, int], '_Task'],
+                                                   List[NestedMap]]:
     """Forward of every (cell, micro-batch) in schedule order.
 
-    Returns what each (k, m) saw and produced, with `record` its tape too,
-    and per cell the statistics summed over micro-batches on its device.
+    Returns what each (k, m) saw and produced, in training the recording of
+    the forwards that the backward does not recompute, and per cell the
+    statistics summed over micro-batches on its device.
     """
     p = self.params
     num_micro = len(micro_inputs)
@@ -153,10 +161,14 @@ class PipeliningLayer(base_layer.BaseLayer):
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
       with tf.device(self.devices[k].name):
         theta = self._MicroTheta(thetas[k], m)
+      kept = training and self._KeepsActivations(m, num_micro)
+      # Kept forwards are inlined, but not the M > 1 of RematPolicy.NONE:
+      # calls keep their device's order (inlined, all could start at once).
+      inline = kept and (num_micro == 1 or p.remat != RematPolicy.NONE)
       with _After(previous.get(k)):
-        out, upd, tape = self._runners[k].Forward(
-            theta, x, record, inline=record and num_micro == 1)
-      tasks[(k, m)] = _Task(x, theta, out, tape)
+        out, upd, recording = self._runners[k].Forward(
+            theta, x, record=kept, inline=inline, num_micro=num_micro)
+      tasks[(k, m)] = _Task(x, theta, out, recording)
       updates[k].append(upd)
       previous[k] = tf.nest.flatten(out)
     summed = []
@@ -165,6 +177,14 @@ class PipeliningLayer(base_layer.BaseLayer):
         summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
                                             *updates[k]))
     return tasks, summed
+
+  def _KeepsActivations(self, m: int, num_micro: int) -> bool:
+    """Whether the training forward of micro-batch m keeps its activations
+    for the backward instead of leaving them to recomputation."""
+    p = self.params
+    if p.remat == RematPolicy.PER_CELL:
+      return m == num_micro - 1 and not p.remat_last_micro_batch
+    return p.remat == RematPolicy.NONE
 
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> List[Any]:
@@ -199,11 +219,10 @@ class PipeliningLayer(base_layer.BaseLayer):
       ins = args[offsets[0]:offsets[1]]
       cell_thetas = [tf.nest.pack_sequence_as(thetas[k], args[offsets[k + 1]:offsets[k + 2]])
                      for k in range(self.num_cells)]
-      record = p.remat == RematPolicy.NONE  # keep all activations on tapes
       with tf.device(self.devices[0].name):
         rows = micro_batch.Split(ins, num_micro, p.batch_dim)
       micro = [tuple(tf.nest.pack_sequence_as(inputs, r)) for r in rows]
-      tasks, summed = self._RunForward(cell_thetas, micro, record)
+      tasks, summed = self._RunForward(cell_thetas, micro, training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
       state['updates'] = summed
       flat_out = tf.nest.flatten(outputs)
@@ -213,7 +232,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         del variables  # the pipeline reads no variables; theta is passed in
         dys = [tf.zeros_like(y) if dy is None else dy
                for y, dy in zip(flat_out, list(dys)[:len(flat_out)])]
-        d_inputs, d_thetas = self._RunBackward(tasks, ins, dys, num_micro, record)
+        d_inputs, d_thetas = self._RunBackward(tasks, ins, dys, num_micro)
         return d_inputs + d_thetas
 
       return flat_out, Grad
@@ -223,10 +242,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     return tf.nest.pack_sequence_as(state['structure'], list(flat_out))
 
   def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'], inputs: List[Any],
-                   output_grads: List[Any], num_micro: int,
-                   from_tapes: bool) -> Tuple[List[Any], List[Any]]:
+                   output_grads: List[Any], num_micro: int
+                   ) -> Tuple[List[Any], List[Any]]:
     """Backward of every (cell, micro-batch) in schedule order, recomputing
-    each cell on its device (or reading its tape without remat).
+    each cell on its device (or reading the recording of its forward).
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
     of the flat thetas summed over micro-batches on each cell's device (in
@@ -249,9 +268,9 @@ class PipeliningLayer(base_layer.BaseLayer):
       sink = cell_runner.GradSink.For(not started[k], num_micro)
       started[k] = True
       with _After(previous.get(k)):
-        if from_tapes:
+        if done.recording is not None:
           dx, d_theta = self._runners[k].BackwardFromTape(
-              done.tape, done.theta, done.inputs, done.outputs, dy, sink)
+              done.recording, done.theta, done.inputs, done.outputs, dy, sink)
         else:
           dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy,
                                                   sink, num_micro)
@@ -288,7 +307,7 @@ class _Task:
   inputs: tuple
   theta: NestedMap
   outputs: tuple
-  tape: Optional[tf.GradientTape]
+  recording: Optional[cell_runner.Recording]
 
 
 def _After(previous: Optional[List[Any]]):

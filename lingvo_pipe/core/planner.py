@@ -33,7 +33,9 @@ M=1 and K=4 M=4 PER_CELL: act_bytes counts every tensor a forward produces
 Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
 and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
-layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1).
+layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1),
+less one recomputation under PER_CELL, which keeps each cell's last
+micro-batch (PipeliningLayer's default remat_last_micro_batch=False).
 """
 
 import dataclasses
@@ -192,12 +194,13 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   act = [_CellActBytes(c, remat) for c in cells]
   peak = [p + s + a for p, s, a in zip(params, state, act)]
   slowest = max(sum(l.micro.flops for l in c) for c in cells)
+  ticks = num_micro_batches + num_cells - 1
+  kept_last = 1 if remat == RematPolicy.PER_CELL else 0
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
       sum(params) + sum(state) + max(act),
       schedule.BubbleFraction(num_cells, num_micro_batches),
-      float(slowest * (3 + _RECOMPUTE[remat]) *
-            (num_micro_batches + num_cells - 1)))
+      float(slowest * ((3 + _RECOMPUTE[remat]) * ticks - kept_last)))
 
 
 def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],

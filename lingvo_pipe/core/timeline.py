@@ -2,11 +2,13 @@
 
 The profile is read into function calls by trace_calls (which documents
 what the trace holds). Cell calls are the outermost function calls, grouped
-by the partition (device) that made them. On each device the calls that run
-the fewest distinct ops are the forwards (a backward reruns part of the
-forward and adds gradient ops): in time order micro-batches 0..M-1; the
-other calls are the backwards of micro-batches M-1..0 (the GPipe order).
-Cells are ordered by their first forward (cell k+1 waits for cell k).
+by the partition (device) that made them, plus the forward and backward of
+the micro-batch a device keeps instead of recomputing, which run under
+kept-scope names instead of as calls. Of the other calls on a device, the
+ones that run the fewest distinct ops are the forwards (a backward reruns
+part of the forward and adds gradient ops). Forwards in time order are
+micro-batches 0..M-1, backwards M-1..0 (the GPipe order). Cells are ordered
+by their first forward (cell k+1 waits for cell k).
 
 In a backward call, the ops named like ops of the cell's forward are its
 recomputation: the backward function retraces the forward first, so those
@@ -100,7 +102,7 @@ def Intervals(space: Any) -> List[Interval]:
       differ in number, cells with different numbers of micro-batches).
   """
   events = trace_calls.HostEvents(space)
-  calls = trace_calls.OutermostCalls(events)
+  calls = trace_calls.OutermostCalls(events) + trace_calls.KeptScopeCalls(events)
   if not calls:
     raise ValueError('The trace has no pipeline cell events (no function calls '
                      'made by PartitionedCall ops); profile a step of a '
@@ -129,25 +131,35 @@ def Intervals(space: Any) -> List[Interval]:
 def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
   """(forward calls, backward calls) of one device, each in time order.
 
-  A device runs M forwards and M backwards, and a forward runs fewer
-  distinct ops than a backward (which reruns part of it and adds gradient
-  ops): the half of the calls with the fewest ops are the forwards. Counts
-  of one function vary (the profiler misses short ops: ffn K=2 M=16 with one
-  thread per device saw 16 to 20 in forwards, 49 to 317 in backwards).
-  Forward calls are not always the first ones: a last cell's forward whose
-  outputs no gradient needs may run late.
+  A kept micro-batch's calls say what they are by their scope. Of the
+  others, a device runs as many forwards as backwards, and a forward runs
+  fewer distinct ops than a backward (which reruns part of it and adds
+  gradient ops): the half of the calls with the fewest ops are the
+  forwards. Counts of one function vary (the profiler misses short ops: ffn
+  K=2 M=16 with one thread per device saw 16 to 20 in forwards, 49 to 317
+  in backwards). Forward calls are not always the first ones: a last cell's
+  forward whose outputs no gradient needs may run late.
   """
-  sizes = [len({name for name, _ in call.Ops()}) for call in calls]
-  by_size = sorted(range(len(calls)), key=lambda i: sizes[i])
-  half = len(calls) // 2
-  if len(calls) % 2 or sizes[by_size[half - 1]] == sizes[by_size[half]]:
-    raise ValueError(f'A device ran {len(calls)} cell calls with distinct op '
-                     f'counts {sorted(sizes)}: not M forwards and M larger '
-                     'backwards; the trace is not one GPipe step (profile '
-                     'exactly one, with steps_per_loop=1).')
-  forwards = sorted(by_size[:half])
-  backwards = sorted(by_size[half:])
-  return [calls[i] for i in forwards], [calls[i] for i in backwards]
+  forwards = [c for c in calls if c.scope == trace_calls.KEPT_FORWARD_SCOPE]
+  backwards = [c for c in calls if c.scope == trace_calls.KEPT_BACKWARD_SCOPE]
+  called = [c for c in calls if c.scope is None]
+  sizes = [len({name for name, _ in call.Ops()}) for call in called]
+  by_size = sorted(range(len(called)), key=lambda i: sizes[i])
+  half = len(called) // 2
+  if (len(forwards) != len(backwards) or len(called) % 2 or
+      (called and sizes[by_size[half - 1]] == sizes[by_size[half]])):
+    raise ValueError(f'A device ran {len(called)} cell calls with distinct op '
+                     f'counts {sorted(sizes)}, {len(forwards)} kept forwards '
+                     f'and {len(backwards)} kept backwards: not M forwards '
+                     'and M larger backwards; the trace is not one GPipe '
+                     'step (profile exactly one, with steps_per_loop=1).')
+  forwards += [called[i] for i in by_size[:half]]
+  backwards += [called[i] for i in by_size[half:]]
+
+  def InTimeOrder(some: List[Call]) -> List[Call]:
+    return sorted(some, key=lambda c: c.Span()[0])
+
+  return InTimeOrder(forwards), InTimeOrder(backwards)
 
 
 def _CellIntervals(cell: int, device: str, forwards: Sequence[Call],

@@ -13,9 +13,16 @@ one line per thread) records no function names and no device on events:
   in an 'ExecutorState::Process' event whose 'id' is that call's step id.
 - '_Send' kernels carry 'key' = '<src device>;...;<dst device>;...', which
   names the device of the partition that sends.
+
+A micro-batch whose activations a cell keeps runs its forward and backward
+as ops of the step's own graph, not as calls: cell_runner builds them under
+the name scopes below, which the kernels' node names carry. The gradient
+tape names most gradient ops 'gradient_tape/<forward op name>', so those of
+a kept backward may also carry the forward's scope, after 'gradient_tape/'.
 """
 
 import dataclasses
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 
@@ -36,12 +43,20 @@ class Event:
     return event
 
 
+KEPT_FORWARD_SCOPE = 'kept_forward'
+KEPT_BACKWARD_SCOPE = 'kept_backward'
+# A name scope segment naming one of those scopes (TF may append _N).
+_KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d+)?')
+
+
 @dataclasses.dataclass
 class Call:
-  """One outermost function call: who made it and what ran in it."""
+  """One outermost function call, or the kernels of one kept-scope kind on
+  one partition (`scope` then names the kind): who ran it and what ran."""
   step: Tuple[int, int]  # step id and loop iteration of the calling executor
   partition: int  # flow id of the calling executor (one device's partition)
   events: List[Event] = dataclasses.field(default_factory=list)
+  scope: Optional[str] = None
 
   def Span(self) -> Tuple[int, int]:
     """(first start, last end) of the call's events, in picoseconds."""
@@ -144,6 +159,39 @@ def OutermostCalls(events: List[Event]) -> List[Call]:
       owner = process.stats.get('id') if process else None
     if owner in runs:
       calls[Root(owner)].events.append(e)
+  return list(calls.values())
+
+
+def KeptScopeKind(node_name: str) -> Optional[str]:
+  """KEPT_FORWARD_SCOPE or KEPT_BACKWARD_SCOPE if the node belongs to a kept
+  micro-batch's forward or backward, else None."""
+  scopes = node_name.split('/')[:-1]
+  for i, segment in enumerate(scopes):
+    match = _KEPT_SEGMENT.fullmatch(segment)
+    if match:
+      return (KEPT_BACKWARD_SCOPE if 'gradient_tape' in scopes[:i]
+              else match.group(1))
+  return None
+
+
+def KeptScopeCalls(events: List[Event]) -> List[Call]:
+  """Per step (and loop iteration), partition and kept-scope kind
+  (KEPT_FORWARD_SCOPE, KEPT_BACKWARD_SCOPE), the kernels the partition's own
+  executor ran under such a scope, as one Call with `scope` set; transfers
+  (_Send, _Recv) left out."""
+  calls: Dict[Tuple[Tuple[int, int], int, str], Call] = {}
+  for e in events:
+    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
+      continue  # transfers also run in the dead last iteration of a loop
+    kind = KeptScopeKind(e.name.split(':')[0])
+    if kind is None:
+      continue
+    process = e.parent
+    step = (process.stats['id'], process.stats.get('iter_num', 0))
+    key = (step, process.stats['_c'], kind)
+    if key not in calls:
+      calls[key] = Call(step, process.stats['_c'], scope=kind)
+    calls[key].events.append(e)
   return list(calls.values())
 
 

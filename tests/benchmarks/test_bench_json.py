@@ -13,6 +13,7 @@ TINY = ['--workload=ffn', '--num_layers=2', '--batch=8']
 SCHEMA = {
     'step_s_median': float, 'step_s_min': float, 'first_step_s': float,
     'bfc_peak_bytes': int, 'bfc_process_peak_bytes': int, 'graph_ops': int, 'K': int, 'M': int, 'remat': str,
+    'remat_last_micro_batch': bool,
     'baseline': bool, 'intra_op_threads': int, 'inter_op_threads': int,
     'steps': int, 'tf_version': str, 'workload': str, 'num_layers': int,
     'batch': int,
@@ -28,7 +29,9 @@ def _Run(*args: str) -> dict:
 
 @pytest.mark.parametrize('args, expected', [
     (('--k=2', '--m=2', '--remat=per_cell'),
-     dict(K=2, M=2, remat='per_cell', baseline=False)),
+     dict(K=2, M=2, remat='per_cell', remat_last_micro_batch=False, baseline=False)),
+    (('--k=2', '--m=2', '--remat=per_cell', '--remat_last_micro_batch'),
+     dict(K=2, M=2, remat='per_cell', remat_last_micro_batch=True, baseline=False)),
     (('--baseline', '--intra_op_threads=1', '--inter_op_threads=1'),
      dict(K=1, M=1, remat='none', baseline=True, intra_op_threads=1,
           inter_op_threads=1)),

@@ -57,17 +57,20 @@ def _CheckAgainstReference(pipe, x, m):
     np.testing.assert_allclose(g.numpy(), rg.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('remat,deferred', [
-    (gpipe.RematPolicy.PER_CELL, 16), (gpipe.RematPolicy.PER_LAYER, 0),
-    (gpipe.RematPolicy.NONE, 0)])
+@pytest.mark.parametrize('remat,remat_last,deferred', [
+    (gpipe.RematPolicy.PER_CELL, False, 16), (gpipe.RematPolicy.PER_CELL, True, 16),
+    (gpipe.RematPolicy.PER_LAYER, False, 0), (gpipe.RematPolicy.NONE, False, 0)])
 def test_wide_ffn_defers_with_per_cell_remat_and_equals_reference(
-    monkeypatch, remat, deferred):
+    monkeypatch, remat, remat_last, deferred):
   """dim 32, hidden 64, 16 rows a step: each 32x64 weight's factors (16 x
-  96) are smaller than it, so PER_CELL defers all 16 projections; the other
-  policies keep the tape's weight gradients. Dropout differs per micro-batch."""
+  96) are smaller than it, so PER_CELL defers all 16 projections, in the
+  recomputing backwards and in the kept last micro-batch's (unless it is
+  recomputed too); the other policies keep the tape's weight gradients.
+  Dropout differs per micro-batch."""
   calls = _CountProducts(monkeypatch)
   layers, shape = models.FfnLayers(keep_prob=0.8, dim=32)
-  pipe = models.Pipeline(layers, shape, 2, 4, remat=remat)
+  pipe = models.Pipeline(layers, shape, 2, 4, remat=remat,
+                         remat_last_micro_batch=remat_last)
   _CheckAgainstReference(pipe, tf.random.stateless_normal(shape, [3, 4]), 4)
   assert len(calls) == deferred
   assert all(n == 4 for n in calls)  # one factor pair per micro-batch
@@ -89,10 +92,12 @@ class _ProjectPlusWeightMean(base_layer.BaseLayer):
     return layer_meta.LayerMeta((tf.TensorShape(x_shape),))
 
 
-def test_weight_also_used_outside_the_projection(monkeypatch):
+@pytest.mark.parametrize('remat_last', [False, True])
+def test_weight_also_used_outside_the_projection(monkeypatch, remat_last):
   calls = _CountProducts(monkeypatch)
   layers = [_ProjectPlusWeightMean.Params().Set(name=f'pw{i}') for i in range(4)]
   pipe = gpipe.PipeliningLayer.Params().Set(
-      name='pipe', layers=layers, splits=[2], num_micro_batches=4).Instantiate()
+      name='pipe', layers=layers, splits=[2], num_micro_batches=4,
+      remat_last_micro_batch=remat_last).Instantiate()
   _CheckAgainstReference(pipe, tf.random.stateless_normal([8, 32], [5, 6]), 4)
   assert len(calls) == 4

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import gpipe
+from lingvo_pipe.core import trace_calls
 
 from tests.core import pipeline_models as models
 
@@ -79,15 +80,26 @@ def test_cell_ops_run_on_cell_devices(remat):
         assert len(cells) == 1 and _Index(node.device) == expected[cells.pop()], node
 
 
-@pytest.mark.parametrize('remat', [gpipe.RematPolicy.PER_CELL, gpipe.RematPolicy.NONE])
-def test_only_boundary_activations_cross_devices(remat):
+@pytest.mark.parametrize('remat,remat_last', [
+    (gpipe.RematPolicy.PER_CELL, False), (gpipe.RematPolicy.PER_CELL, True),
+    (gpipe.RematPolicy.NONE, False)])
+def test_only_boundary_activations_cross_devices(remat, remat_last):
   k, m = 3, 2
   layers, shape = models.FfnLayers()
-  pipe = models.Pipeline(layers, shape, k, m, remat=remat)
+  pipe = models.Pipeline(layers, shape, k, m, remat=remat,
+                         remat_last_micro_batch=remat_last)
+  cell_on = {pipe.devices[c].index: c for c in range(k)}
   step = models.TrainStep(pipe, step=0)
   graph_def = step.get_concrete_function(tf.TensorSpec(shape)).graph.as_graph_def()
   _, calls = _Walk(graph_def)
   nodes = {n.name: n for n in graph_def.node}
+  kept = {}  # ops of the forward and backward of kept micro-batches
+  for node in graph_def.node:
+    kind = trace_calls.KeptScopeKind(node.name)
+    if kind:
+      kept[node.name] = (cell_on[_Index(node.device)], kind.split('_')[1])
+  assert bool(kept) == (remat == gpipe.RematPolicy.PER_CELL and not remat_last)
+  tasks = {**calls, **kept}
   crossings = []
   for node in graph_def.node:
     for inp in node.input:
@@ -107,18 +119,18 @@ def test_only_boundary_activations_cross_devices(remat):
     for inp in node.input:
       consumers.setdefault(inp.lstrip('^').split(':')[0], []).append(node.name)
 
-  def CallsFed(name: str) -> List[str]:
-    """The cell calls that `name` feeds, looking through Identity ops (the
-    pipeline's gates that order a device's tasks)."""
-    if name in calls:
+  def TasksFed(name: str) -> List[str]:
+    """The cell calls or kept ops that `name` feeds, looking through
+    Identity ops (the pipeline's gates that order a device's tasks)."""
+    if name in tasks:
       return [name]
     assert nodes[name].op == 'Identity', (name, nodes[name].op)
-    return [c for n in consumers.get(name, []) for c in CallsFed(n)]
+    return [c for n in consumers.get(name, []) for c in TasksFed(n)]
 
   assert crossings
   for src, dst in crossings:
-    assert src in calls, (src, dst)
-    fed = CallsFed(dst)
+    assert src in tasks, (src, dst)
+    fed = TasksFed(dst)
     assert fed, (src, dst)
-    for call in fed:
-      assert calls[src] + calls[call] in allowed, (calls[src], calls[call])
+    for task in fed:
+      assert tasks[src] + tasks[task] in allowed, (tasks[src], tasks[task])

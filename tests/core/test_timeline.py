@@ -107,7 +107,9 @@ def test_profile_of_a_live_step(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.core import gpipe
   from lingvo_pipe.core.layers import linear
-  layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=16, output_dim=16)
+  # ReLU and a squared loss: each backward needs its forward's activations.
+  layers = [linear.ProjectionLayer.Params().Set(
+      name=f'p{i}', input_dim=16, output_dim=16, activation=linear.Activation.RELU)
             for i in range(4)]
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=2, num_micro_batches=2,
@@ -117,13 +119,24 @@ def test_profile_of_a_live_step(tmp_path):
   @tf.function(autograph=False)
   def Step():
     with tf.GradientTape() as tape:
-      loss = tf.reduce_sum(pipe(x))
+      loss = tf.reduce_sum(tf.square(pipe(x)))
     return loss, tape.gradient(loss, pipe.trainable_variables)
 
   summary = timeline.Record(Step, str(tmp_path))
   assert summary.startswith('K=2 M=2 bubble: measured ')
   assert os.path.exists(tmp_path / 'timeline.json')
   assert os.path.exists(tmp_path / 'timeline.png')
+  # Micro-batch 1, the last, keeps its activations: its forward and backward
+  # run as kept-scope ops, not calls, and nothing recomputes it.
+  one = timeline.Intervals(timeline.LoadTrace(
+      timeline.Profile(Step, str(tmp_path / 'one'), warmup=0)))
+  for cell in (0, 1):
+    phases = {(i.micro_batch, i.phase): i for i in one if i.cell == cell}
+    assert set(phases) >= {(m, p) for m in (0, 1) for p in (timeline.Phase.FORWARD,
+                                                             timeline.Phase.BACKWARD)}
+    assert (1, timeline.Phase.RECOMPUTE) not in phases
+    assert (phases[(1, timeline.Phase.FORWARD)].start_us <
+            phases[(1, timeline.Phase.BACKWARD)].start_us)
   two_steps = timeline.Profile(lambda: (Step(), Step()), str(tmp_path / 'two'), warmup=0)
   with pytest.raises(ValueError, match='profile exactly one'):
     timeline.Intervals(timeline.LoadTrace(two_steps))
