@@ -1,8 +1,11 @@
-"""pipeline_bench prints the JSON object that shared/BENCHMARKS.md asks for.
+"""pipeline_bench prints the JSON object that shared/BENCHMARKS.md asks for;
+contention_bench prints its own.
 
 Each case runs the program in a fresh process on a tiny ffn; no timing is
 asserted.
 """
+
+import sys
 
 import pytest
 
@@ -46,3 +49,15 @@ def test_json_has_the_documented_keys_and_types(args, expected):
   assert result['step_s_min'] <= result['step_s_median']
   assert 0 < result['bfc_peak_bytes'] <= result['bfc_process_peak_bytes']
   assert result['graph_ops'] > 0
+
+
+def test_contention_bench_json():
+  cmd = runner.Command(argv=(sys.executable, '-m', 'benchmarks.contention_bench',
+                             '--weights=2', '--passes=2', '--repeats=2'),
+                       cwd=str(runner.REPO_ROOT))
+  result = runner.Execute(cmd, timeout_s=300)
+  assert 'error' not in result, result['error']
+  assert (result['rows'], result['weights_per_device']) == (4, 2)
+  alone, both = result['us_per_product_alone'], result['us_per_product_side_by_side']
+  assert alone > 0 and both > 0
+  assert result['slowdown'] == pytest.approx(both / alone)
