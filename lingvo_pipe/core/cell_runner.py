@@ -15,8 +15,10 @@ them on, so that the optimizer updates a weight as soon as its gradient is
 ready, as without the pipeline. Under PER_CELL remat, projections with few
 rows per step defer theirs to one product per step (deferred_grads).
 
-A forward may instead be recorded (no remat, or a micro-batch kept from
-recomputation): its ops are kept on a tape and its backward reads them.
+A forward may instead be recorded (no remat, or the micro-batch that
+PER_CELL keeps from recomputation): its activations are kept on a tape and
+its backward reads them; such a kept forward and its backward are built in
+the step's graph once per step, not called.
 """
 
 import contextlib
