@@ -74,6 +74,14 @@ def IsDifferentiable(x: Any) -> bool:
   return tf.as_dtype(x.dtype).is_floating
 
 
+def _Differentiable(flat_theta: Sequence[Any], flat_in: Sequence[Any]
+                    ) -> Tuple[List[Any], List[Any]]:
+  """(floating-point theta, floating-point theta then inputs): a cell's
+  weights and the sources of its gradient."""
+  weights = [x for x in flat_theta if IsDifferentiable(x)]
+  return weights, weights + [x for x in flat_in if IsDifferentiable(x)]
+
+
 def _Grads(tape: tf.GradientTape, ys: Sequence[Any], xs: Sequence[Any],
            dys: Sequence[Any],
            unconnected=tf.UnconnectedGradients.ZERO) -> List[Any]:
@@ -144,11 +152,11 @@ class CellRunner:
     with tf.device(self.device), _KeptScope(trace_calls.KEPT_FORWARD_SCOPE, inline):
       forward = self._Forward if inline else self._Function(self._Key(None))
       if record:
-        weights = [x for x in flat_theta if IsDifferentiable(x)]
+        weights, sources = _Differentiable(flat_theta, flat_in)
         defer = inline and self._Defers(num_micro)
         with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
           with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(weights + [x for x in flat_in if IsDifferentiable(x)])
+            tape.watch(sources)
             flat = forward(flat_theta, flat_in)
         recording = Recording(tape, collector if defer else None, inline)
       else:
@@ -190,7 +198,7 @@ class CellRunner:
     forward under the name scope trace_calls.KEPT_BACKWARD_SCOPE. Puts and
     returns gradients as Backward does."""
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
-    sources = [x for x in flat_theta + flat_in if IsDifferentiable(x)]
+    _, sources = _Differentiable(flat_theta, flat_in)
     with tf.device(self.device), _KeptScope(trace_calls.KEPT_BACKWARD_SCOPE,
                                             recording.inlined):
       grads = _Grads(recording.tape, tf.nest.flatten(outputs), sources,
@@ -260,8 +268,7 @@ class CellRunner:
     the floating-point theta with GradSink.RETURN, then the deferred factor
     pairs (recorded in self._deferrals[key])."""
     with tf.device(self.device):
-      weights = [x for x in flat_theta if IsDifferentiable(x)]
-      sources = weights + [x for x in flat_in if IsDifferentiable(x)]
+      weights, sources = _Differentiable(flat_theta, flat_in)
       defer = self._Defers(num_micro)
       with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
