@@ -132,11 +132,19 @@ def ProjectLastDim(x: tf.Tensor, w: tf.Tensor, transpose_w: bool = False) -> tf.
 
   A reshape to two dims and one matrix product: in TF 2.21, einsum with an
   ellipsis ran 80x slower than this on CPU (forward + backward, [64, 512] x
-  [512, 2048]).
+  [512, 2048]). Static shapes build no shape ops: each op is instantiated
+  again at every call of a traced function that holds it (see
+  docs/benchmarks.md, time to first step).
   """
+  x = tf.convert_to_tensor(x)
+  matmul = _MatMulTransposed if transpose_w else _MatMul
+  if x.shape.rank == 2:
+    return matmul(x, w)
   out_dim = w.shape[0] if transpose_w else w.shape[-1]
-  x2 = tf.reshape(x, [-1, tf.shape(x)[-1]])
-  flat = _MatMulTransposed(x2, w) if transpose_w else _MatMul(x2, w)
+  leading = x.shape[:-1]
+  flat = matmul(tf.reshape(x, [-1, x.shape[-1] or tf.shape(x)[-1]]), w)
+  if leading.is_fully_defined():
+    return tf.reshape(flat, leading.as_list() + [out_dim])
   return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
 
 

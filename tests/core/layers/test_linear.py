@@ -117,6 +117,16 @@ def test_projection_tf_function_equals_eager():
 
 
 @pytest.mark.parametrize('shape', [(5, 4), (2, 3, 4)])
+def test_project_last_dim_builds_no_shape_ops_for_static_shapes(shape):
+  """Fewer ops per traced cell: each is instantiated again at every call."""
+  w = tf.ones([4, 3])
+  graph = tf.function(lambda t: linear.ProjectLastDim(t, w)).get_concrete_function(
+      tf.TensorSpec(shape)).graph
+  op_types = {op.type for op in graph.get_operations()}
+  assert not op_types & {'Shape', 'StridedSlice', 'Pack', 'ConcatV2'}, op_types
+
+
+@pytest.mark.parametrize('shape', [(5, 4), (2, 3, 4)])
 def test_projection_meta_shapes(shape):
   layer = _Projection()
   meta = layer.FPropMeta(layer.params, tf.TensorShape(shape))
