@@ -82,12 +82,12 @@ class MultiHeadedAttention(base_layer.BaseLayer):
                     p.num_heads)
     q *= (h // p.num_heads)**-0.5
     logits = tf.einsum('btnh,bsnh->bnts', q, k)
-    allowed = _AllowedMask(paddings, causal, tf.shape(q)[1], tf.shape(k)[1])
+    allowed = _AllowedMask(paddings, causal, _Dim(q, 1), _Dim(k, 1))
     if allowed is not None:
       logits = tf.where(allowed, logits, -0.7 * logits.dtype.max)
     probs = tf.nn.softmax(logits, axis=-1)
     context = tf.einsum('bnts,bsnh->btnh', probs, v)
-    context = tf.reshape(context, tf.concat([tf.shape(context)[:2], [h]], 0))
+    context = tf.reshape(context, [_Dim(context, 0), _Dim(context, 1), h])
     return _Project(context, theta.post_w, theta.post_b), probs
 
   @classmethod
@@ -160,7 +160,13 @@ def _Project(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 def _SplitHeads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
   """[B, T, H] -> [B, T, N, H / N]."""
   head_dim = x.shape[-1] // num_heads
-  return tf.reshape(x, tf.concat([tf.shape(x)[:2], [num_heads, head_dim]], 0))
+  return tf.reshape(x, [_Dim(x, 0), _Dim(x, 1), num_heads, head_dim])
+
+
+def _Dim(x: tf.Tensor, i: int) -> Any:
+  """Dim i of x: an int when static, else a scalar tensor. Static shapes
+  build no shape ops, which every call of a traced cell instantiates again."""
+  return x.shape[i] if x.shape[i] is not None else tf.shape(x)[i]
 
 
 def _AllowedMask(paddings: Optional[tf.Tensor], causal: bool, t: tf.Tensor,
