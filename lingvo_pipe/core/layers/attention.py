@@ -8,6 +8,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
+from lingvo_pipe.core.layers import shapes
 from lingvo_pipe.core.nested_map import NestedMap
 
 # The input projections, each [input_dim, hidden_dim] plus a bias.
@@ -82,12 +83,12 @@ class MultiHeadedAttention(base_layer.BaseLayer):
                     p.num_heads)
     q *= (h // p.num_heads)**-0.5
     logits = tf.einsum('btnh,bsnh->bnts', q, k)
-    allowed = _AllowedMask(paddings, causal, _Dim(q, 1), _Dim(k, 1))
+    allowed = _AllowedMask(paddings, causal, shapes.Dim(q, 1), shapes.Dim(k, 1))
     if allowed is not None:
       logits = tf.where(allowed, logits, -0.7 * logits.dtype.max)
     probs = tf.nn.softmax(logits, axis=-1)
     context = tf.einsum('bnts,bsnh->btnh', probs, v)
-    context = tf.reshape(context, [_Dim(context, 0), _Dim(context, 1), h])
+    context = tf.reshape(context, [shapes.Dim(context, 0), shapes.Dim(context, 1), h])
     return _Project(context, theta.post_w, theta.post_b), probs
 
   @classmethod
@@ -160,13 +161,7 @@ def _Project(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 def _SplitHeads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
   """[B, T, H] -> [B, T, N, H / N]."""
   head_dim = x.shape[-1] // num_heads
-  return tf.reshape(x, [_Dim(x, 0), _Dim(x, 1), num_heads, head_dim])
-
-
-def _Dim(x: tf.Tensor, i: int) -> Any:
-  """Dim i of x: an int when static, else a scalar tensor. Static shapes
-  build no shape ops, which every call of a traced cell instantiates again."""
-  return x.shape[i] if x.shape[i] is not None else tf.shape(x)[i]
+  return tf.reshape(x, [shapes.Dim(x, 0), shapes.Dim(x, 1), num_heads, head_dim])
 
 
 def _AllowedMask(paddings: Optional[tf.Tensor], causal: bool, t: tf.Tensor,

@@ -11,6 +11,7 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.layers import shapes
 from lingvo_pipe.core.nested_map import NestedMap
 
 Activation = activations.Activation
@@ -132,20 +133,18 @@ def ProjectLastDim(x: tf.Tensor, w: tf.Tensor, transpose_w: bool = False) -> tf.
 
   A reshape to two dims and one matrix product: in TF 2.21, einsum with an
   ellipsis ran 80x slower than this on CPU (forward + backward, [64, 512] x
-  [512, 2048]). Static shapes build no shape ops: each op is instantiated
-  again at every call of a traced function that holds it (see
-  docs/benchmarks.md, time to first step).
+  [512, 2048]). Static dims build no shape ops (shapes.Dim).
   """
   x = tf.convert_to_tensor(x)
   matmul = _MatMulTransposed if transpose_w else _MatMul
   if x.shape.rank == 2:
     return matmul(x, w)
   out_dim = w.shape[0] if transpose_w else w.shape[-1]
-  leading = x.shape[:-1]
-  flat = matmul(tf.reshape(x, [-1, x.shape[-1] or tf.shape(x)[-1]]), w)
-  if leading.is_fully_defined():
-    return tf.reshape(flat, leading.as_list() + [out_dim])
-  return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
+  flat = matmul(tf.reshape(x, [-1, shapes.Dim(x, -1)]), w)
+  if x.shape.rank is None:
+    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
+  leading = [shapes.Dim(x, i) for i in range(x.shape.rank - 1)]
+  return tf.reshape(flat, leading + [out_dim])
 
 
 class ProjectionLayer(base_layer.BaseLayer):
