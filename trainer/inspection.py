@@ -49,7 +49,7 @@ def _PlannerTable(p: hyperparams.Params, budget_bytes: int,
   rows = planner.Plan(p.layers, p.input_shapes, budget_bytes,
                       cells=_Around(num_cells), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
-                      cost=p.cost)
+                      cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch)
   best = planner.Recommend(rows)
   verdict = (f'K={best.num_cells} M={best.num_micro_batches} remat '
              f'{best.remat.name}' if best else 'none fits')

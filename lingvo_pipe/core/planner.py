@@ -34,8 +34,8 @@ Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
 and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
 layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1),
-less one recomputation under PER_CELL, which keeps each cell's last
-micro-batch (PipeliningLayer's default remat_last_micro_batch=False).
+less one recomputation under PER_CELL when each cell keeps its last
+micro-batch (PipeliningLayer's remat_last_micro_batch=False, the default).
 """
 
 import dataclasses
@@ -150,7 +150,8 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy) -> int:
 def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              num_cells: int, num_micro_batches: int, remat: RematPolicy,
              optimizer_slots: int = 0, batch_dim: int = 0,
-             cost: partition.CostKind = partition.CostKind.FLOPS) -> PlanRow:
+             cost: partition.CostKind = partition.CostKind.FLOPS,
+             remat_last_micro_batch: bool = False) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -163,6 +164,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     optimizer_slots: optimizer state per parameter (SGD 0, momentum 1, Adam 2).
     batch_dim: 0 for batch-major inputs, 1 for time-major.
     cost: what the partition balances (PipeliningLayer's p.cost).
+    remat_last_micro_batch: PipeliningLayer's p.remat_last_micro_batch: with
+      PER_CELL, recompute each cell's last micro-batch too.
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -195,7 +198,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   peak = [p + s + a for p, s, a in zip(params, state, act)]
   slowest = max(sum(l.micro.flops for l in c) for c in cells)
   ticks = num_micro_batches + num_cells - 1
-  kept_last = 1 if remat == RematPolicy.PER_CELL else 0
+  kept_last = int(remat == RematPolicy.PER_CELL and not remat_last_micro_batch)
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
       sum(params) + sum(state) + max(act),
@@ -208,7 +211,8 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
          micro_batches: Iterable[int] = (1, 2, 4, 8, 16),
          remats: Iterable[RematPolicy] = tuple(RematPolicy),
          optimizer_slots: int = 0, batch_dim: int = 0,
-         cost: partition.CostKind = partition.CostKind.FLOPS) -> List[PlanRow]:
+         cost: partition.CostKind = partition.CostKind.FLOPS,
+         remat_last_micro_batch: bool = False) -> List[PlanRow]:
   """Estimates every possible candidate and marks those within the budget.
 
   Combinations with more cells than layers or with M not dividing the batch
@@ -234,7 +238,7 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
         continue
       for remat in remats:
         row = Estimate(layers, input_shapes, k, m, remat, optimizer_slots,
-                       batch_dim, cost)
+                       batch_dim, cost, remat_last_micro_batch)
         row.fits = row.max_peak_bytes <= budget_bytes
         rows.append(row)
   return rows

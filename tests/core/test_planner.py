@@ -36,11 +36,13 @@ def _Flops(i, o, b):
   return 2 * b * i * o + b * o
 
 
+@pytest.mark.parametrize('remat_last', [False, True])
 @pytest.mark.parametrize('remat', list(RematPolicy))
 @pytest.mark.parametrize('m', [1, 2, 4])
-def test_memory_and_time_by_hand(remat, m):
+def test_memory_and_time_by_hand(remat, m, remat_last):
   d, n, k, slots = 8, 8, 2, 2  # 4 equal layers: cells of 2 layers each
-  row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, optimizer_slots=slots)
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, optimizer_slots=slots,
+                         remat_last_micro_batch=remat_last)
   mb = n // m
   params = 2 * _Params(d, d)
   big = _Act(d, mb)
@@ -56,7 +58,8 @@ def test_memory_and_time_by_hand(remat, m):
   assert row.total_peak_bytes == k * ((2 + slots) * params + act)
   assert row.shared_peak_bytes == k * (2 + slots) * params + act
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
-  kept_last = 1 if remat == RematPolicy.PER_CELL else 0  # not recomputed
+  # Each cell keeps its last micro-batch (no recomputation) unless told not to.
+  kept_last = 1 if remat == RematPolicy.PER_CELL and not remat_last else 0
   assert row.relative_step_time == 2 * _Flops(d, d, mb) * (
       (3 + recompute[remat]) * (m + k - 1) - kept_last)
 

@@ -45,3 +45,23 @@ def test_model_plan_micro_batch_size():
   text = inspection.ModelPlan(_Task(num_micro_batches=1, micro_batch_size=4))
   ms = {m for _, _, m, _ in _PlannerRows(text)}
   assert ms == {'4', '8', '16'}
+
+
+def _Times(text):
+  """The time column of the planner's table, by (K, M, remat)."""
+  return {(m[1], m[2], m[3]): float(m[4]) for m in re.finditer(
+      r'^[* ] +(\d+) +(\d+) (NONE|PER_CELL|PER_LAYER) .* ([\d.]+)  (?:yes|no)$',
+      text, re.M)}
+
+
+def test_model_plan_reads_remat_last_micro_batch():
+  """Recomputing the last micro-batch too makes PER_CELL slower against
+  the other policies, whose rows do not change."""
+  kept = _Times(inspection.ModelPlan(_Task()))
+  recomputed = _Times(inspection.ModelPlan(_Task(remat_last_micro_batch=True)))
+  assert kept.keys() == recomputed.keys() and len(kept) == 27
+  for key in kept:
+    if key[2] == 'PER_CELL':
+      assert recomputed[key] > kept[key], key
+    else:
+      assert recomputed[key] == kept[key], key
