@@ -121,10 +121,11 @@ def test_only_boundary_activations_cross_devices(remat, remat_last):
 
   def TasksFed(name: str) -> List[str]:
     """The cell calls or kept ops that `name` feeds, looking through
-    Identity ops (the pipeline's gates that order a device's tasks)."""
+    Identity ops (the pipeline's gates that order a device's tasks) and
+    StopGradient ops (the inputs of a recorded call)."""
     if name in tasks:
       return [name]
-    assert nodes[name].op == 'Identity', (name, nodes[name].op)
+    assert nodes[name].op in ('Identity', 'StopGradient'), (name, nodes[name].op)
     return [c for n in consumers.get(name, []) for c in TasksFed(n)]
 
   assert crossings

@@ -36,3 +36,13 @@ def test_per_layer_remat_beats_keeping_everything_at_one_micro_batch():
   without = _PeakBytes('--k=1', '--m=1', '--remat=none', seq=256)
   per_layer = _PeakBytes('--k=1', '--m=1', '--remat=per_layer', seq=256)
   assert per_layer < 0.5 * without, (per_layer, without)
+
+
+def test_micro_batches_without_remat_keep_no_zero_filled_gradients():
+  """Without remat, micro-batching adds the weights' gradient sums and a
+  few micro-batch buffers, not a zero-filled gradient of every intermediate
+  (measured: 170 against 141 MB; 202 MB when a second tape watching the
+  cell calls made TensorFlow feed their backwards such zeros)."""
+  one = _PeakBytes('--k=2', '--m=1', '--remat=none')
+  four = _PeakBytes('--k=2', '--m=4', '--remat=none')
+  assert four < 1.3 * one, (four, one)
