@@ -128,8 +128,7 @@ def test_profile_of_a_live_step(tmp_path):
   assert os.path.exists(tmp_path / 'timeline.png')
   # Micro-batch 1, the last, keeps its activations: its forward and backward
   # run as kept-scope ops, not calls, and nothing recomputes it.
-  one = timeline.Intervals(timeline.LoadTrace(
-      timeline.Profile(Step, str(tmp_path / 'one'), warmup=0)))
+  one = timeline.ProfileIntervals(Step, str(tmp_path / 'one'), warmup=0)
   for cell in (0, 1):
     phases = {(i.micro_batch, i.phase): i for i in one if i.cell == cell}
     assert set(phases) >= {(m, p) for m in (0, 1) for p in (timeline.Phase.FORWARD,
@@ -140,6 +139,20 @@ def test_profile_of_a_live_step(tmp_path):
   two_steps = timeline.Profile(lambda: (Step(), Step()), str(tmp_path / 'two'), warmup=0)
   with pytest.raises(ValueError, match='profile exactly one'):
     timeline.Intervals(timeline.LoadTrace(two_steps))
+  # A trace that does not parse is profiled again.
+  calls = []
+
+  def TwoStepsFirst():
+    calls.append(1)
+    return (Step(), Step()) if len(calls) == 1 else Step()
+
+  again = timeline.ProfileIntervals(TwoStepsFirst, str(tmp_path / 'again'), warmup=0)
+  assert len(calls) == 2 and timeline.NumCellsAndMicroBatches(again) == (2, 2)
+  with pytest.raises(ValueError, match='profile exactly one'):
+    timeline.ProfileIntervals(lambda: (Step(), Step()), str(tmp_path / 'never'),
+                              warmup=0, attempts=2)
+  with pytest.raises(ValueError, match='attempts must be >= 1, got 0'):
+    timeline.ProfileIntervals(Step, str(tmp_path / 'none'), attempts=0)
 
   @tf.function(autograph=False)
   def Loop():  # two steps in one function, as the trainer's loop runs them
