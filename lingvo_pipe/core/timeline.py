@@ -30,6 +30,8 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
+from absl import logging
+
 from lingvo_pipe.core import schedule
 from lingvo_pipe.core import trace_calls
 from lingvo_pipe.core.trace_calls import Call
@@ -265,6 +267,8 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
       return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)))
     except ValueError as e:
       error = e
+      logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,
+                      attempts, e)
   raise error
 
 
