@@ -147,12 +147,12 @@ def MeasureCapacity() -> dict:
 
 def PredictedPeaks(memory: Dict[str, dict]) -> Dict[str, Optional[Tuple[float, float]]]:
   """Planner-predicted (lowest, highest) peak bytes of the shared CPU
-  allocator per memory config, from lingvo_pipe.core.planner.Estimate
+  allocator per memory config, from lingvo_pipe.pipeline.planner.Estimate
   (SGD: optimizer_slots=0).
   """
-  from lingvo_pipe.core import planner  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.core.cell_runner import RematPolicy  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.cell_runner import RematPolicy  # pylint: disable=g-import-not-at-top
   predicted = {}
   for name, entry in memory.items():
     ok = [r for r in entry['runs'] if 'error' not in r]

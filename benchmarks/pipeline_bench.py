@@ -56,7 +56,7 @@ def _ConfigureDevices(num_devices: int) -> None:
 
 def _BuildModel(workload):
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.core import gpipe
+  from lingvo_pipe.pipeline import gpipe
   from lingvo_pipe.core.layers import containers
   layers = workloads.Layers(workload)
   if FLAGS.baseline:
@@ -122,7 +122,7 @@ def Run(workload_name: str) -> dict:
       intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
       steps=FLAGS.steps, tf_version=tf.__version__)
   if FLAGS.timeline_dir and not FLAGS.baseline:
-    from lingvo_pipe.core import timeline  # pylint: disable=g-import-not-at-top
+    from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
     result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir)
   return result
 

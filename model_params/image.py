@@ -6,11 +6,11 @@ so the experiment runs without data.
 """
 
 from lingvo_pipe import base_experiment
-from lingvo_pipe import model_registry
-from lingvo_pipe.core import amoebanet
-from lingvo_pipe.core import cifar_input
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import image_task
+from lingvo_pipe import model_registry
+from lingvo_pipe.tasks.image import amoebanet
+from lingvo_pipe.tasks.image import input_generator as image_input
+from lingvo_pipe.tasks.image import model as image_model
 
 
 @model_registry.RegisterExperiment
@@ -24,7 +24,7 @@ class AmoebaNetDCifarGPipe(base_experiment.BaseExperiment):
   NUM_MICRO_BATCHES = 4
 
   def Task(self) -> hyperparams.Params:
-    p = image_task.ImageClassificationTask.Params().Set(name='image')
+    p = image_model.ImageClassificationTask.Params().Set(name='image')
     p.classifier.Set(
         layers=amoebanet.AmoebaNetDLayers(self.NUM_NORMAL_CELLS, self.NUM_FILTERS, 10),
         num_classes=10, input_shape=[self.BATCH_SIZE, 32, 32, 3], label_smoothing=0.1)
@@ -33,7 +33,7 @@ class AmoebaNetDCifarGPipe(base_experiment.BaseExperiment):
     return p
 
   def Train(self) -> hyperparams.Params:
-    return cifar_input.CifarInput.Params().Set(batch_size=self.BATCH_SIZE)
+    return image_input.CifarInput.Params().Set(batch_size=self.BATCH_SIZE)
 
   def Dev(self) -> hyperparams.Params:
     return self.Train().Set(split='eval')

@@ -7,10 +7,10 @@ them instead.
 """
 
 from lingvo_pipe import base_experiment
-from lingvo_pipe import model_registry
-from lingvo_pipe.core import byte_lm_input
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import lm_task
+from lingvo_pipe import model_registry
+from lingvo_pipe.tasks.lm import input_generator as lm_input
+from lingvo_pipe.tasks.lm import model as lm_model
 
 
 @model_registry.RegisterExperiment
@@ -24,7 +24,7 @@ class StdlibBytesGPipe(base_experiment.BaseExperiment):
   NUM_MICRO_BATCHES = 8
 
   def Task(self) -> hyperparams.Params:
-    p = lm_task.LanguageModelTask.Params().Set(name='lm')
+    p = lm_model.LanguageModelTask.Params().Set(name='lm')
     p.stack.Set(vocab_size=256, model_dim=128, num_heads=4, hidden_dim=512,
                 num_layers=4, batch_size=self.BATCH_SIZE, seq_len=self.SEQ_LEN,
                 residual_keep_prob=1.0)
@@ -33,7 +33,7 @@ class StdlibBytesGPipe(base_experiment.BaseExperiment):
     return p
 
   def Train(self) -> hyperparams.Params:
-    return byte_lm_input.ByteLmInput.Params().Set(
+    return lm_input.ByteLmInput.Params().Set(
         split='train', batch_size=self.BATCH_SIZE, seq_len=self.SEQ_LEN)
 
   def Dev(self) -> hyperparams.Params:

@@ -6,10 +6,10 @@ target_file_pattern to line-aligned parallel text to use real data.
 """
 
 from lingvo_pipe import base_experiment
-from lingvo_pipe import model_registry
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import mt_task
-from lingvo_pipe.core import parallel_text_input
+from lingvo_pipe import model_registry
+from lingvo_pipe.tasks.mt import input_generator as mt_input
+from lingvo_pipe.tasks.mt import model as mt_model
 
 
 @model_registry.RegisterExperiment
@@ -22,7 +22,7 @@ class ReverseBytesGPipe(base_experiment.BaseExperiment):
   NUM_MICRO_BATCHES = 4
 
   def Task(self) -> hyperparams.Params:
-    p = mt_task.TranslationTask.Params().Set(name='mt')
+    p = mt_model.TranslationTask.Params().Set(name='mt')
     p.model.Set(vocab_size=256, model_dim=64, num_heads=4, hidden_dim=256,
                 num_encoder_layers=2, num_decoder_layers=2,
                 batch_size=self.BATCH_SIZE, src_len=self.LENGTH, tgt_len=self.LENGTH,
@@ -32,7 +32,7 @@ class ReverseBytesGPipe(base_experiment.BaseExperiment):
     return p
 
   def Train(self) -> hyperparams.Params:
-    return parallel_text_input.ParallelTextInput.Params().Set(
+    return mt_input.ParallelTextInput.Params().Set(
         batch_size=self.BATCH_SIZE, src_len=self.LENGTH, tgt_len=self.LENGTH)
 
   def Dev(self) -> hyperparams.Params:

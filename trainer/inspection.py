@@ -4,11 +4,11 @@ from typing import Any, Iterator, List
 
 import tensorflow as tf
 
-from lingvo_pipe.core import cluster
-from lingvo_pipe.core import gpipe
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import planner
-from lingvo_pipe.core import schedule
+from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline import schedule
 
 DEFAULT_BUDGET_BYTES = 1 << 30  # memory of each device for the planner table
 

@@ -2,7 +2,7 @@
 
 import os
 
-from lingvo_pipe.core import timeline
+from lingvo_pipe.profiling import timeline
 from trainer import loop
 
 

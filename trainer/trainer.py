@@ -77,7 +77,7 @@ def _ConfigureDevices(params) -> None:
   """Creates logical CPU devices for the pipelines when no accelerator is
   present (must run before TensorFlow initializes its devices)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.core import cluster
+  from lingvo_pipe.pipeline import cluster
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
     return
   wanted = FLAGS.num_logical_devices or max(cluster.DevicesNeeded(params.task),

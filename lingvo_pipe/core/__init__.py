@@ -1,1 +1,1 @@
-"""Core of lingvo_pipe: params, layers, the pipeline and its planning."""
+"""The framework: Params and their text form, NestedMap, BaseLayer, weights, layer metadata and the layer library."""

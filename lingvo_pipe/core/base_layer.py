@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 # Keys of theta that are not variables.
 STEP_SEED_KEY = 'step_seed'

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib
 import re
 from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
+from lingvo_pipe.core import import_path
 from lingvo_pipe.core import params_text
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
@@ -209,7 +209,7 @@ class Params:
         raise ValueError(f'Line {lineno} of params text is not "key : value": '
                          f'{line!r}')
       try:
-        self.Set(**{key.strip(): params_text.Decode(value_text.strip())})
+        self.Set(**{key.strip(): params_text.Decode(value_text.strip(), _ParamsFromText)})
       except (ValueError, AttributeError, TypeError) as e:
         raise type(e)(f'Line {lineno} of params text ({line!r}): {e}') from None
     return self
@@ -321,28 +321,19 @@ class InstantiableParams(Params):
     return self.cls(self, **kwargs)
 
 
-def ImportByPath(path: str) -> Any:
-  """Imports 'package.module.Qual.Name' and returns the named object."""
-  parts = path.split('.')
-  for split in range(len(parts) - 1, 0, -1):
-    module_name = '.'.join(parts[:split])
-    try:
-      obj = importlib.import_module(module_name)
-    except ImportError:
-      continue
-    try:
-      for attr in parts[split:]:
-        obj = getattr(obj, attr)
-    except AttributeError:
-      break
-    return obj
-  raise ValueError(f'Cannot import {path!r}: no module on the import path '
-                   'defines it.')
+def _ParamsFromText(cls_path: Optional[str], items: dict) -> Params:
+  """Returns cls.Params() set from `items`, or (for no class or a class
+  without Params()) Params that define the keys of `items`."""
+  if cls_path is None:
+    p = Params()
+  else:
+    cls = import_path.ImportByPath(cls_path)
+    if hasattr(cls, 'Params'):
+      return cls.Params().Set(**items)
+    p = InstantiableParams(cls)
+  for key, value in items.items():
+    p.Define(key, value, '')
+  return p
 
 
-def ObjectPath(obj: Any) -> str:
-  """Returns the import path of a class or enum class."""
-  return f'{obj.__module__}.{obj.__qualname__}'
-
-
-__all__ = ['Params', 'InstantiableParams', 'ImportByPath', 'ObjectPath']
+__all__ = ['Params', 'InstantiableParams']

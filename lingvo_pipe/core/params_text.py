@@ -15,9 +15,24 @@ Decoding walks the syntax tree; nothing is evaluated.
 import ast
 import enum
 import math
-from typing import Any
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, runtime_checkable
 
 import tensorflow as tf
+
+from lingvo_pipe.core import import_path
+
+
+@runtime_checkable
+class ParamsLike(Protocol):
+  """What the text form reads of a Params (hyperparams.Params)."""
+
+  def IterParams(self) -> Iterator[Tuple[str, Any]]:
+    ...
+
+
+# Builds the Params of params('pkg.mod.Layer', {...}) from the class path
+# (or None) and the decoded items.
+MakeParams = Callable[[Optional[str], Dict[str, Any]], Any]
 
 
 def Encode(value: Any) -> str:
@@ -26,7 +41,6 @@ def Encode(value: Any) -> str:
   Raises:
     TypeError: for a value of a kind the format does not hold.
   """
-  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
   if value is None or isinstance(value, (bool, int, str)):
     return repr(value)
   if isinstance(value, float):
@@ -34,12 +48,12 @@ def Encode(value: Any) -> str:
   if isinstance(value, tf.DType):
     return f"dtype('{value.name}')"
   if isinstance(value, enum.Enum):
-    return f"enum('{hyperparams.ObjectPath(type(value))}', '{value.name}')"
+    return f"enum('{import_path.ObjectPath(type(value))}', '{value.name}')"
   if isinstance(value, type):
-    return f"cls('{hyperparams.ObjectPath(value)}')"
-  if isinstance(value, hyperparams.Params):
-    cls = value.cls if 'cls' in value else None
-    cls_text = f"'{hyperparams.ObjectPath(cls)}'" if cls is not None else 'None'
+    return f"cls('{import_path.ObjectPath(value)}')"
+  if isinstance(value, ParamsLike):
+    cls = dict(value.IterParams()).get('cls')
+    cls_text = f"'{import_path.ObjectPath(cls)}'" if cls is not None else 'None'
     items = ', '.join(f'{k!r}: {Encode(v)}' for k, v in value.IterParams()
                       if k != 'cls')
     return f'params({cls_text}, {{{items}}})'
@@ -56,7 +70,7 @@ def Encode(value: Any) -> str:
                   'member, a class or Params.')
 
 
-def Decode(text: str) -> Any:
+def Decode(text: str, make_params: MakeParams) -> Any:
   """Parses the text form of one value.
 
   Raises:
@@ -66,62 +80,45 @@ def Decode(text: str) -> Any:
     tree = ast.parse(text, mode='eval')
   except SyntaxError as e:
     raise ValueError(f'cannot parse value {text!r}: {e.msg}') from None
-  return _Decode(tree.body, text)
+  return _Decode(tree.body, text, make_params)
 
 
-def _Decode(node: ast.AST, text: str) -> Any:
+def _Decode(node: ast.AST, text: str, make_params: MakeParams) -> Any:
   if isinstance(node, ast.Constant):
     return node.value
   if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-    operand = _Decode(node.operand, text)
+    operand = _Decode(node.operand, text, make_params)
     if isinstance(operand, (int, float)) and not isinstance(operand, bool):
       return -operand
   if isinstance(node, ast.List):
-    return [_Decode(e, text) for e in node.elts]
+    return [_Decode(e, text, make_params) for e in node.elts]
   if isinstance(node, ast.Tuple):
-    return tuple(_Decode(e, text) for e in node.elts)
+    return tuple(_Decode(e, text, make_params) for e in node.elts)
   if isinstance(node, ast.Dict):
-    return {_Decode(k, text): _Decode(v, text)
+    return {_Decode(k, text, make_params): _Decode(v, text, make_params)
             for k, v in zip(node.keys, node.values)}
   if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
       not node.keywords):
-    args = [_Decode(a, text) for a in node.args]
+    args = [_Decode(a, text, make_params) for a in node.args]
     try:
-      return _DecodeCall(node.func.id, args)
+      return _DecodeCall(node.func.id, args, make_params)
     except (TypeError, KeyError, AttributeError) as e:
       raise ValueError(f'cannot decode {ast.unparse(node)!r}: {e}') from None
   raise ValueError(f'unsupported value syntax in {text!r}: '
                    f'{ast.unparse(node)!r}')
 
 
-def _DecodeCall(fn: str, args: list) -> Any:
+def _DecodeCall(fn: str, args: list, make_params: MakeParams) -> Any:
   """Builds the value of one call of the grammar, e.g. dtype('float32')."""
-  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
   if fn == 'dtype' and len(args) == 1:
     return tf.as_dtype(args[0])
   if fn == 'float' and len(args) == 1 and isinstance(args[0], str):
     return float(args[0])
   if fn == 'cls' and len(args) == 1:
-    return hyperparams.ImportByPath(args[0])
+    return import_path.ImportByPath(args[0])
   if fn == 'enum' and len(args) == 2:
-    return hyperparams.ImportByPath(args[0])[args[1]]
+    return import_path.ImportByPath(args[0])[args[1]]
   if fn == 'params' and len(args) == 2:
-    return _DecodeParams(args[0], args[1])
+    return make_params(args[0], args[1])
   raise ValueError(f'unsupported call {fn}() with {len(args)} argument(s); '
                    'see the grammar in the params_text module docstring.')
-
-
-def _DecodeParams(cls_path: Any, items: dict) -> Any:
-  """Returns cls.Params() set from `items`, or (for no class or a class
-  without Params()) Params that define the keys of `items`."""
-  from lingvo_pipe.core import hyperparams  # pylint: disable=g-import-not-at-top
-  if cls_path is None:
-    p = hyperparams.Params()
-  else:
-    cls = hyperparams.ImportByPath(cls_path)
-    if hasattr(cls, 'Params'):
-      return cls.Params().Set(**items)
-    p = hyperparams.InstantiableParams(cls)
-  for key, value in items.items():
-    p.Define(key, value, '')
-  return p

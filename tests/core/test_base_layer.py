@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 
 class _Affine(base_layer.BaseLayer):

@@ -6,6 +6,10 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import import_path
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import pipelined_model
+from lingvo_pipe.tasks.lm import layers as lm_layers
 
 
 class _Color(enum.Enum):
@@ -284,10 +288,34 @@ def test_instantiate_without_cls_raises():
 
 
 def test_import_by_path_and_object_path():
-  path = hyperparams.ObjectPath(hyperparams.InstantiableParams)
+  path = import_path.ObjectPath(hyperparams.InstantiableParams)
   assert path == 'lingvo_pipe.core.hyperparams.InstantiableParams'
-  assert hyperparams.ImportByPath(path) is hyperparams.InstantiableParams
+  assert import_path.ImportByPath(path) is hyperparams.InstantiableParams
   with pytest.raises(ValueError, match=r"Cannot import 'lingvo_pipe\.core\.nope"):
-    hyperparams.ImportByPath('lingvo_pipe.core.nope.Thing')
+    import_path.ImportByPath('lingvo_pipe.core.nope.Thing')
   with pytest.raises(ValueError, match=r'Cannot import'):
-    hyperparams.ImportByPath('lingvo_pipe.core.hyperparams.NoSuchClass')
+    import_path.ImportByPath('lingvo_pipe.core.hyperparams.NoSuchClass')
+
+
+def test_import_by_path_reads_modules_from_before_the_layout():
+  assert (import_path.ImportByPath('lingvo_pipe.core.gpipe.PipeliningLayer')
+          is gpipe.PipeliningLayer)
+  assert (import_path.ImportByPath('lingvo_pipe.core.gpipe_stacks.GPipeTransformerStack')
+          is lm_layers.GPipeTransformerStack)
+  assert (import_path.ImportByPath('lingvo_pipe.core.gpipe_stacks.CarryLayer')
+          is pipelined_model.CarryLayer)
+  with pytest.raises(ValueError, match=r'lingvo_pipe\.core\.gpipe moved to '
+                     r'lingvo_pipe\.pipeline\.gpipe, which do not define Nope'):
+    import_path.ImportByPath('lingvo_pipe.core.gpipe.Nope')
+
+
+def test_params_text_from_before_the_layout_loads():
+  p = hyperparams.Params()
+  p.Define('pipe', None, '')
+  p.Define('policy', None, '')
+  p.FromText("pipe : params('lingvo_pipe.core.gpipe.PipeliningLayer', "
+             "{'num_micro_batches': 4})\n"
+             "policy : enum('lingvo_pipe.core.cell_runner.RematPolicy', 'PER_LAYER')\n")
+  assert p.pipe.cls is gpipe.PipeliningLayer
+  assert p.pipe.num_micro_batches == 4
+  assert p.policy is gpipe.RematPolicy.PER_LAYER

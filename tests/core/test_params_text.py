@@ -8,10 +8,10 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import params_text
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import transformer
+from lingvo_pipe.core import params_text
+from lingvo_pipe.core import weights
 
 
 class _Mode(enum.Enum):
@@ -290,4 +290,4 @@ def test_decode_does_not_evaluate():
   for text in ("__import__('os').system('true')", 'open("f")', '[x for x in y]',
                'lambda: 1', "getattr(1, 'real')"):
     with pytest.raises(ValueError):
-      params_text.Decode(text)
+      params_text.Decode(text, hyperparams._ParamsFromText)

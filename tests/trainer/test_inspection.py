@@ -2,9 +2,9 @@
 
 import re
 
-from lingvo_pipe.core import gpipe
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
+from lingvo_pipe.pipeline import gpipe
 from trainer import inspection
 
 

@@ -7,9 +7,9 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import shapes
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 # The input projections, each [input_dim, hidden_dim] plus a bias.
 _INPUT_PROJECTIONS = ('query', 'key', 'value')

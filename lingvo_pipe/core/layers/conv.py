@@ -9,11 +9,11 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 Activation = activations.Activation
 

@@ -8,9 +8,9 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 # FLOPs per logit after the projection: log-softmax (max, subtract, exp, sum,
 # subtract) and the cross entropy with the target distribution (multiply,

@@ -5,14 +5,14 @@ from typing import Any, List
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
-from lingvo_pipe.core import deferred_grads
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import shapes
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weight_grad_deferral
+from lingvo_pipe.core import weights
 
 Activation = activations.Activation
 
@@ -91,7 +91,7 @@ def _MatMulByTransposed(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 def _Claim(x: tf.Tensor, w: tf.Tensor):
   """(collector, index of w) if w's gradient is deferred, else (None, None)."""
-  collector = deferred_grads.Active()
+  collector = weight_grad_deferral.Current()
   index = collector.Claim(w, x.shape[0]) if collector is not None else None
   return (collector, index) if index is not None else (None, None)
 
@@ -99,7 +99,7 @@ def _Claim(x: tf.Tensor, w: tf.Tensor):
 @tf.custom_gradient
 def _MatMul(x: tf.Tensor, w: tf.Tensor):
   """x [n, i] @ w [i, o], whose input gradient avoids MatMul(transpose_b);
-  its weight gradient x^T dy may be deferred (deferred_grads)."""
+  its weight gradient x^T dy may be deferred (weight_grad_deferral)."""
   collector, index = _Claim(x, w)
 
   def Grad(dy):
@@ -115,7 +115,7 @@ def _MatMul(x: tf.Tensor, w: tf.Tensor):
 @tf.custom_gradient
 def _MatMulTransposed(x: tf.Tensor, w: tf.Tensor):
   """x [n, i] @ w [o, i] transposed, without MatMul(transpose_b); its
-  weight gradient dy^T x may be deferred (deferred_grads)."""
+  weight gradient dy^T x may be deferred (weight_grad_deferral)."""
   collector, index = _Claim(x, w)
 
   def Grad(dy):

@@ -7,8 +7,8 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 
 # Forward FLOPs per element of a normalization in training: the mean (1 add),
 # the variance (subtract, square, add) and the normalization

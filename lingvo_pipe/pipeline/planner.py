@@ -1,0 +1,320 @@
+"""Planner: per-device memory and step time of (K, M, remat) candidates.
+
+The reasoning of the GPipe paper's Table 1, from the layers' FPropMeta
+(nothing is built). Cells are partitioned exactly as PipeliningLayer's
+automatic partition does (partition.LayerCosts, BalancedSplits, SplitLayers).
+
+Memory model of cell k (on device k), batch N, M micro-batches, n = N/M.
+act(x) sums LayerMeta.act_bytes of the cell's layers at batch x; in(x) are
+the bytes of the cell's inputs at batch x; in_l(x) those of layer l's inputs;
+big(n) is the largest single layer's act_bytes at n. Stashed inputs take
+the dtype of the layer that reads them (fprop_dtype, else dtype).
+
+    params(k) = sum of LayerMeta.param_bytes
+    state(k)  = (1 + optimizer_slots) * params(k)   # grad accumulator, slots
+    act(k)    = NONE:      act(N)                           + big(n)
+                PER_CELL:  in(N) + act(n)                   + big(n)
+                PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + big(n)
+    peak(k)   = params(k) + state(k) + act(k)
+
+The trailing big(n) of every policy is the backward's gradient temporaries:
+backpropagating one layer of one micro-batch holds about that layer's
+activations again. Not modelled: the pipeline's own inputs and outputs, the
+loss, and allocator fragmentation. On CPU all logical devices share one
+allocator, so a measured BFC peak compares with the range from
+`shared_peak_bytes` (every cell's params and state, one cell's activations:
+the cells' activation peaks never coincide, as at M=1 where the backward
+visits one cell after the other) to `total_peak_bytes` (they all coincide).
+Measured against the upper bound (transformer-act, L=6, N=8, seq 128,
+SGD): -4% to +11% at M=8 and at K=4 M=4 without remat, but +38% to +76% at
+M=1 and K=4 M=4 PER_CELL: act_bytes counts every tensor a forward produces
+(TensorFlow keeps fewer). It errs safe.
+
+Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
+forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
+and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
+layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1),
+less one recomputation under PER_CELL when each cell keeps its last
+micro-batch (PipeliningLayer's remat_last_micro_batch=False, the default).
+"""
+
+import dataclasses
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
+from lingvo_pipe.pipeline.cell_runner import RematPolicy
+from lingvo_pipe.pipeline import micro_batch
+from lingvo_pipe.pipeline import partition
+from lingvo_pipe.pipeline import schedule
+
+_RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
+              RematPolicy.PER_LAYER: 2}
+
+
+@dataclasses.dataclass
+class PlanRow:
+  """The prediction for one candidate; per-device lists are indexed by cell.
+
+  Attributes:
+    param_bytes, state_bytes, act_bytes, peak_bytes: params(k), state(k),
+      act(k) and peak(k) of the module docstring, one entry per cell.
+    total_peak_bytes: sum of peak_bytes: a shared allocator's (CPU's) peak
+      if the devices' peaks coincide.
+    shared_peak_bytes: params and state of every cell plus the largest
+      act_bytes: a shared allocator's peak if no two cells' activation
+      peaks coincide.
+    bubble: idle share of each device, (K-1)/(M+K-1).
+    relative_step_time: the step-time model, in forward FLOPs.
+    fits: max(peak_bytes) <= the budget; set by Plan.
+  """
+  num_cells: int
+  num_micro_batches: int
+  remat: RematPolicy
+  param_bytes: List[int]
+  state_bytes: List[int]
+  act_bytes: List[int]
+  peak_bytes: List[int]
+  total_peak_bytes: int
+  shared_peak_bytes: int
+  bubble: float
+  relative_step_time: float
+  fits: bool = False
+
+  @property
+  def max_peak_bytes(self) -> int:
+    return max(self.peak_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+  """One layer's metadata and input bytes at batch N and at N/M (micro)."""
+  full: layer_meta.LayerMeta
+  micro: layer_meta.LayerMeta
+  in_bytes: int
+  micro_in_bytes: int
+
+
+def _Chain(layers: Sequence[hyperparams.Params],
+           shapes: tuple) -> List[Tuple[tuple, layer_meta.LayerMeta]]:
+  """(input shapes, meta) of each layer, chaining output shapes."""
+  chain = []
+  for p in layers:
+    meta = p.cls.FPropMeta(p, *shapes)
+    chain.append((shapes, meta))
+    shapes = meta.out_shapes
+  return chain
+
+
+def _InBytes(p: hyperparams.Params, shapes: tuple) -> int:
+  return layer_meta.Bytes(tf.nest.flatten(shapes), p.fprop_dtype or p.dtype)
+
+
+def _Batch(shapes: tuple, batch_dim: int) -> int:
+  first = shapes[0]
+  if first.rank is None or first.rank <= batch_dim or first[batch_dim] is None:
+    raise ValueError(f'The first input shape {first} has no static size at '
+                     f'batch_dim={batch_dim}; give concrete input_shapes.')
+  return int(first[batch_dim])
+
+
+def _MicroShapes(shapes: tuple, batch: int, num_micro: int,
+                 batch_dim: int) -> tuple:
+  """Shapes of one micro-batch: inputs with the batch size are split, the
+  others reach every micro-batch whole (as micro_batch.Split does)."""
+  def Micro(s: tf.TensorShape) -> tf.TensorShape:
+    if s.rank is None or s.rank <= batch_dim or s[batch_dim] != batch:
+      return s
+    dims = s.as_list()
+    dims[batch_dim] = batch // num_micro
+    return tf.TensorShape(dims)
+  return tuple(Micro(s) for s in shapes)
+
+
+def _CheckLayers(layers: Sequence[hyperparams.Params]) -> None:
+  if not layers:
+    raise ValueError('The planner needs at least one layer; layers is empty.')
+
+
+def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy) -> int:
+  big = max(l.micro.act_bytes for l in cell)
+  if remat == RematPolicy.NONE:
+    return sum(l.full.act_bytes for l in cell) + big
+  if remat == RematPolicy.PER_CELL:
+    return cell[0].in_bytes + sum(l.micro.act_bytes for l in cell) + big
+  return cell[0].in_bytes + sum(l.micro_in_bytes for l in cell) + 2 * big
+
+
+def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
+             num_cells: int, num_micro_batches: int, remat: RematPolicy,
+             optimizer_slots: int = 0, batch_dim: int = 0,
+             cost: partition.CostKind = partition.CostKind.FLOPS,
+             remat_last_micro_batch: bool = False) -> PlanRow:
+  """Predicts memory and step time of `layers` in K cells and M micro-batches.
+
+  Args:
+    layers: params of the pipeline's layers, in order (PipeliningLayer's
+      p.layers).
+    input_shapes: shapes of the pipeline inputs, batch included.
+    num_cells: K, partitioned as PipeliningLayer does with num_partitions.
+    num_micro_batches: M; must divide the batch.
+    remat: a RematPolicy.
+    optimizer_slots: optimizer state per parameter (SGD 0, momentum 1, Adam 2).
+    batch_dim: 0 for batch-major inputs, 1 for time-major.
+    cost: what the partition balances (PipeliningLayer's p.cost).
+    remat_last_micro_batch: PipeliningLayer's p.remat_last_micro_batch: with
+      PER_CELL, recompute each cell's last micro-batch too.
+
+  Returns:
+    The PlanRow (fits is left False; Plan sets it).
+
+  Raises:
+    ValueError: if layers is empty, num_cells exceeds the number of layers,
+      M does not divide the batch, optimizer_slots < 0 or batch_dim is not
+      0 or 1.
+    TypeError: if remat is not a RematPolicy.
+  """
+  if not isinstance(remat, RematPolicy):
+    raise TypeError(f'remat must be a RematPolicy, got {remat!r}.')
+  _CheckLayers(layers)
+  if optimizer_slots < 0 or batch_dim not in (0, 1):
+    raise ValueError(f'optimizer_slots ({optimizer_slots}) must be >= 0 and '
+                     f'batch_dim ({batch_dim}) 0 or 1.')
+  shapes = layer_meta.Shapes(*input_shapes)
+  batch = _Batch(shapes, batch_dim)
+  micro_batch.CheckDivides(batch, num_micro_batches)
+  splits = partition.BalancedSplits(
+      partition.LayerCosts(layers, input_shapes, cost), num_cells)
+  full = _Chain(layers, shapes)
+  micro = _Chain(layers, _MicroShapes(shapes, batch, num_micro_batches, batch_dim))
+  profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
+             for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
+  cells = partition.SplitLayers(profile, splits)
+  params = [sum(l.full.param_bytes for l in c) for c in cells]
+  state = [(1 + optimizer_slots) * b for b in params]
+  act = [_CellActBytes(c, remat) for c in cells]
+  peak = [p + s + a for p, s, a in zip(params, state, act)]
+  slowest = max(sum(l.micro.flops for l in c) for c in cells)
+  ticks = num_micro_batches + num_cells - 1
+  kept_last = int(remat == RematPolicy.PER_CELL and not remat_last_micro_batch)
+  return PlanRow(
+      num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
+      sum(params) + sum(state) + max(act),
+      schedule.BubbleFraction(num_cells, num_micro_batches),
+      float(slowest * ((3 + _RECOMPUTE[remat]) * ticks - kept_last)))
+
+
+def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
+         budget_bytes: int, cells: Iterable[int] = (1, 2, 4, 8),
+         micro_batches: Iterable[int] = (1, 2, 4, 8, 16),
+         remats: Iterable[RematPolicy] = tuple(RematPolicy),
+         optimizer_slots: int = 0, batch_dim: int = 0,
+         cost: partition.CostKind = partition.CostKind.FLOPS,
+         remat_last_micro_batch: bool = False) -> List[PlanRow]:
+  """Estimates every possible candidate and marks those within the budget.
+
+  Combinations with more cells than layers or with M not dividing the batch
+  are skipped. Other arguments are as for Estimate.
+
+  Args:
+    budget_bytes: memory of each device.
+
+  Returns:
+    The rows in the order of cells, micro_batches, remats.
+
+  Raises:
+    ValueError: if budget_bytes <= 0, or as Estimate for other bad values.
+  """
+  if budget_bytes <= 0:
+    raise ValueError(f'budget_bytes must be > 0, got {budget_bytes}.')
+  _CheckLayers(layers)
+  batch = _Batch(layer_meta.Shapes(*input_shapes), batch_dim)
+  rows = []
+  for k in cells:
+    for m in micro_batches:
+      if k > len(layers) or m < 1 or batch % m:
+        continue
+      for remat in remats:
+        row = Estimate(layers, input_shapes, k, m, remat, optimizer_slots,
+                       batch_dim, cost, remat_last_micro_batch)
+        row.fits = row.max_peak_bytes <= budget_bytes
+        rows.append(row)
+  return rows
+
+
+def Recommend(rows: Sequence[PlanRow]) -> Optional[PlanRow]:
+  """The fitting row with the smallest step time (ties: less memory), or
+  None if no row fits."""
+  fitting = [r for r in rows if r.fits]
+  if not fitting:
+    return None
+  return min(fitting, key=lambda r: (r.relative_step_time, r.max_peak_bytes))
+
+
+def FormatTable(rows: Sequence[PlanRow]) -> str:
+  """A text table of the rows, step time relative to the fastest row; the
+  recommendation is marked with '*'."""
+  best = Recommend(rows)
+  fastest = min((r.relative_step_time for r in rows), default=0.0) or 1.0
+  lines = [f'  {"K":>3} {"M":>3} {"remat":<9} {"params MiB":>10} '
+           f'{"state MiB":>10} {"act MiB":>10} {"peak MiB":>10} '
+           f'{"total MiB":>10} {"bubble":>7} {"time":>6}  fits']
+  for r in rows:
+    k = r.peak_bytes.index(r.max_peak_bytes)  # the device with the peak
+    mib = [b / 2**20 for b in (r.param_bytes[k], r.state_bytes[k], r.act_bytes[k],
+                               r.peak_bytes[k], r.total_peak_bytes)]
+    lines.append(
+        f'{"*" if r is best else " "} {r.num_cells:>3} {r.num_micro_batches:>3} '
+        f'{r.remat.name:<9} {"".join(f"{x:>10.1f} " for x in mib)}'
+        f'{r.bubble:>7.1%} '
+        f'{r.relative_step_time / fastest:>6.2f}  {"yes" if r.fits else "no"}')
+  if best is None:
+    lines.append('  No candidate fits the budget.')
+  return '\n'.join(lines)
+
+
+def LargestFittingStack(make_layers: Callable[[int], List[hyperparams.Params]],
+                        input_shapes: Sequence[Any], budget_bytes: int,
+                        num_cells: int, num_micro_batches: int,
+                        remat: RematPolicy, optimizer_slots: int = 0,
+                        batch_dim: int = 0, max_layers: int = 4096) -> int:
+  """The largest L in [num_cells, max_layers] whose predicted per-device
+  peak fits the budget, 0 if none does (the paper's Table 1).
+
+  Searches by doubling then bisection, so it assumes the peak grows with L.
+
+  Args:
+    make_layers: returns the params of a stack of L layers.
+    max_layers: the search stops there.
+    Others: as for Estimate.
+
+  Raises:
+    ValueError: if budget_bytes <= 0 or max_layers < num_cells, or as
+      Estimate for other bad values.
+  """
+  if budget_bytes <= 0 or max_layers < num_cells:
+    raise ValueError(f'budget_bytes ({budget_bytes}) must be > 0 and '
+                     f'max_layers ({max_layers}) >= num_cells ({num_cells}).')
+
+  def Fits(num_layers: int) -> bool:
+    row = Estimate(make_layers(num_layers), input_shapes, num_cells,
+                   num_micro_batches, remat, optimizer_slots, batch_dim)
+    return row.max_peak_bytes <= budget_bytes
+
+  if not Fits(num_cells):
+    return 0
+  good, bad = num_cells, None
+  while bad is None:
+    trial = min(2 * good, max_layers)
+    if trial == good:
+      return good
+    if Fits(trial):
+      good = trial
+    else:
+      bad = trial
+  while bad - good > 1:
+    mid = (good + bad) // 2
+    good, bad = (mid, bad) if Fits(mid) else (good, mid)
+  return good

@@ -1,0 +1,9 @@
+"""Name scopes of the ops a cell builds in the step's own graph.
+
+A kept forward (and its backward) is inlined into the step instead of
+being called as a traced function; its ops carry these scopes, by which
+the profiler tells them apart from the cells' function calls.
+"""
+
+KEPT_FORWARD_SCOPE = 'kept_forward'
+KEPT_BACKWARD_SCOPE = 'kept_backward'

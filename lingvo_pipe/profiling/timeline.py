@@ -1,0 +1,289 @@
+"""Pipeline timeline: per-device busy intervals of one step, from a TF profile.
+
+The profile is read into function calls by trace_calls (which documents
+what the trace holds). Cell calls are the outermost function calls, grouped
+by the partition (device) that made them, plus the forward and backward of
+the micro-batch a device keeps instead of recomputing, which run under
+kept-scope names instead of as calls. Of the other calls on a device, the
+ones that run the fewest distinct ops are the forwards (a backward reruns
+part of the forward and adds gradient ops). Forwards in time order are
+micro-batches 0..M-1, backwards M-1..0 (the GPipe order). Cells are ordered
+by their first forward (cell k+1 waits for cell k).
+
+In a backward call, the ops named like ops of the cell's forward are its
+recomputation: the backward function retraces the forward first, so those
+names coincide, while gradient ops get other names (only some carry a
+'gradient_tape/' prefix). RECOMPUTE lasts until the last such op ends,
+BACKWARD from there to the end of the call.
+
+Limits: the trace names no function, so cells are told apart by device,
+not by their '<cell name>_forward' names; one pipeline per step (two
+pipelines sharing devices break the fewest-ops rule); gradient ops that run
+before the last recomputed op ends count as RECOMPUTE; a trace of several
+steps (or of several iterations of a loop of steps) is rejected.
+"""
+
+import dataclasses
+import enum
+import glob
+import json
+import os
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+from absl import logging
+
+from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import trace_calls
+from lingvo_pipe.profiling.trace_calls import Call
+from lingvo_pipe.profiling.trace_calls import LoadTrace  # part of this module's API
+
+
+class Phase(enum.Enum):
+  """What a device does for one (cell, micro-batch)."""
+  FORWARD = 'forward'
+  RECOMPUTE = 'recompute'
+  BACKWARD = 'backward'
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+  """Cell `cell` on `device` runs `phase` of `micro_batch` in [start, end)."""
+  cell: int
+  device: str
+  micro_batch: int
+  phase: Phase
+  start_us: float
+  end_us: float
+
+
+def Profile(step_fn: Callable[[], Any], logdir: str, warmup: int = 1) -> str:
+  """Runs `step_fn` `warmup` times, then once under the TF profiler.
+
+  Args:
+    step_fn: runs one training step (e.g. `lambda: step(x)` of a tf.function).
+    logdir: the profile goes to logdir/plugins/profile/<run>/ (TensorBoard's
+      layout).
+    warmup: unprofiled calls first, so tracing is not in the profile.
+
+  Returns:
+    The path of the .xplane.pb written.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for _ in range(warmup):
+    _Materialize(tf, step_fn())
+  tf.profiler.experimental.start(logdir)
+  try:
+    _Materialize(tf, step_fn())
+  finally:
+    tf.profiler.experimental.stop()
+  paths = glob.glob(os.path.join(logdir, 'plugins', 'profile', '*', '*.xplane.pb'))
+  if not paths:
+    raise ValueError(f'The profiler wrote no .xplane.pb under {logdir!r}.')
+  return max(paths, key=os.path.getmtime)
+
+
+def _Materialize(tf: Any, outputs: Any) -> None:
+  """Waits for the step's results (a no-op for synchronous eager calls)."""
+  tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
+
+
+def Intervals(space: Any) -> List[Interval]:
+  """The pipeline's busy intervals in one profiled step, sorted by start.
+
+  Args:
+    space: an XSpace (see LoadTrace) of exactly one pipelined training step.
+
+  Returns:
+    Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
+    by a RECOMPUTE one when the backward reran forward ops; times in
+    microseconds from the start of the first cell call.
+
+  Raises:
+    ValueError: no cell calls in the trace, or calls that do not form one
+      GPipe step (several steps, a device whose forward and backward calls
+      differ in number, cells with different numbers of micro-batches).
+  """
+  events = trace_calls.HostEvents(space)
+  calls = trace_calls.OutermostCalls(events) + trace_calls.KeptScopeCalls(events)
+  if not calls:
+    raise ValueError('The trace has no pipeline cell events (no function calls '
+                     'made by PartitionedCall ops); profile a step of a '
+                     'PipeliningLayer whose cells are not inlined.')
+  steps = {c.step for c in calls}
+  if len(steps) > 1:
+    raise ValueError(f'The trace holds {len(steps)} steps (or loop iterations) '
+                     'with pipeline cell calls; profile exactly one.')
+  by_partition: Dict[int, List[Call]] = {}
+  for call in sorted(calls, key=lambda c: c.Span()[0]):
+    by_partition.setdefault(call.partition, []).append(call)
+  cells = sorted((_SplitPhases(c) for c in by_partition.values()),
+                 key=lambda fb: fb[0][0].Span()[0])
+  if len({len(forwards) for forwards, _ in cells}) != 1:
+    raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
+                     'the cells of one pipeline step run M each.')
+  devices = trace_calls.PartitionDevices(events)
+  origin = min(c.Span()[0] for c in calls)
+  intervals: List[Interval] = []
+  for k, (forwards, backwards) in enumerate(cells):
+    device = devices.get(forwards[0].partition, f'partition {k}')
+    intervals += _CellIntervals(k, device, forwards, backwards, origin)
+  return sorted(intervals, key=lambda i: (i.start_us, i.cell))
+
+
+def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
+  """(forward calls, backward calls) of one device, each in time order.
+
+  A kept micro-batch's calls say what they are by their scope. Of the
+  others, a device runs as many forwards as backwards, and a forward runs
+  fewer distinct ops than a backward (which reruns part of it and adds
+  gradient ops): the half of the calls with the fewest ops are the
+  forwards. Counts of one function vary (the profiler misses short ops: ffn
+  K=2 M=16 with one thread per device saw 16 to 20 in forwards, 49 to 317
+  in backwards). Forward calls are not always the first ones: a last cell's
+  forward whose outputs no gradient needs may run late.
+  """
+  forwards = [c for c in calls if c.scope == trace_calls.KEPT_FORWARD_SCOPE]
+  backwards = [c for c in calls if c.scope == trace_calls.KEPT_BACKWARD_SCOPE]
+  called = [c for c in calls if c.scope is None]
+  sizes = [len({name for name, _ in call.Ops()}) for call in called]
+  by_size = sorted(range(len(called)), key=lambda i: sizes[i])
+  half = len(called) // 2
+  if (len(forwards) != len(backwards) or len(called) % 2 or
+      (called and sizes[by_size[half - 1]] == sizes[by_size[half]])):
+    raise ValueError(f'A device ran {len(called)} cell calls with distinct op '
+                     f'counts {sorted(sizes)}, {len(forwards)} kept forwards '
+                     f'and {len(backwards)} kept backwards: not M forwards '
+                     'and M larger backwards; the trace is not one GPipe '
+                     'step (profile exactly one, with steps_per_loop=1).')
+  forwards += [called[i] for i in by_size[:half]]
+  backwards += [called[i] for i in by_size[half:]]
+
+  def InTimeOrder(some: List[Call]) -> List[Call]:
+    return sorted(some, key=lambda c: c.Span()[0])
+
+  return InTimeOrder(forwards), InTimeOrder(backwards)
+
+
+def _CellIntervals(cell: int, device: str, forwards: Sequence[Call],
+                   backwards: Sequence[Call], origin_ps: int) -> List[Interval]:
+  """Forward intervals of micro-batches 0..M-1, then recompute and backward
+  intervals of M-1..0, in microseconds from origin_ps."""
+  num_micro = len(forwards)
+  forward_ops = {name for call in forwards for name, _ in call.Ops()}
+
+  def Us(ps: int) -> float:
+    return (ps - origin_ps) / 1e6
+
+  out = []
+  for m, call in enumerate(forwards):
+    start, end = call.Span()
+    out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end)))
+  for i, call in enumerate(backwards):
+    m, (start, end) = num_micro - 1 - i, call.Span()
+    recomputed = [e.end_ps for name, e in call.Ops()
+                  if name in forward_ops and not name.startswith('gradient_tape/')]
+    if recomputed:
+      split = max(recomputed)
+      out.append(Interval(cell, device, m, Phase.RECOMPUTE, Us(start), Us(split)))
+      start = split
+    out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end)))
+  return out
+
+
+def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
+  """(K, M) of the step the intervals come from."""
+  cells = {i.cell for i in intervals}
+  micro = {i.micro_batch for i in intervals}
+  return len(cells), len(micro)
+
+
+def BubbleFraction(intervals: Sequence[Interval]) -> float:
+  """Idle share of the cells' devices between the first call's start and the
+  last call's end: 1 - busy time / (K * span)."""
+  if not intervals:
+    raise ValueError('No intervals: nothing to measure a bubble on.')
+  start = min(i.start_us for i in intervals)
+  span = max(i.end_us for i in intervals) - start
+  busy = 0.0
+  by_cell: Dict[int, List[Tuple[float, float]]] = {}
+  for i in intervals:
+    by_cell.setdefault(i.cell, []).append((i.start_us, i.end_us))
+  for spans in by_cell.values():
+    end = start
+    for lo, hi in sorted(spans):
+      busy += max(0.0, hi - max(lo, end))
+      end = max(end, hi)
+  return 1.0 - busy / (len(by_cell) * span) if span > 0 else 0.0
+
+
+def Summary(intervals: Sequence[Interval]) -> str:
+  """One line: K, M, measured bubble and the theoretical (K-1)/(M+K-1)."""
+  k, m = NumCellsAndMicroBatches(intervals)
+  return (f'K={k} M={m} bubble: measured {BubbleFraction(intervals):.3f}, '
+          f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+
+
+def WriteChromeTrace(intervals: Sequence[Interval], path: str) -> None:
+  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
+  events: List[Dict[str, Any]] = []
+  for cell, device in sorted({(i.cell, i.device) for i in intervals}):
+    events.append(dict(ph='M', name='thread_name', pid=0, tid=cell,
+                       args=dict(name=f'cell_{cell} ({device})')))
+  for i in intervals:
+    events.append(dict(
+        ph='X', name=f'{i.phase.value[0].upper()}{i.micro_batch}', cat=i.phase.value,
+        ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
+        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
+  with open(path, 'w') as f:
+    json.dump(dict(traceEvents=events, displayTimeUnit='ms',
+                   otherData=dict(summary=Summary(intervals))), f)
+
+
+def WriteGantt(intervals: Sequence[Interval], path: str) -> None:
+  """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
+  and backward bars, the Summary line as title."""
+  # Imported here: matplotlib is slow to import and only this function needs it.
+  from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
+  devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
+  bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
+                    '' if i.phase == Phase.RECOMPUTE else str(i.micro_batch))
+          for i in intervals]
+  gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
+             title=f'GPipe step timeline: {Summary(intervals)}',
+             kinds=[p.value for p in Phase])
+
+
+def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
+                     attempts: int = 3) -> List[Interval]:
+  """Profiles one step (Profile) and returns its Intervals, profiling
+  another step when a trace does not parse as one GPipe step: the profiler
+  can lose a cell call's events (seen once, in a loaded test run: a device
+  with one of its two calls). Raises Intervals' error of the last of
+  `attempts` profiles."""
+  if attempts < 1:
+    raise ValueError(f'attempts must be >= 1, got {attempts}.')
+  for attempt in range(attempts):
+    try:
+      return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)))
+    except ValueError as e:
+      error = e
+      logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,
+                      attempts, e)
+  raise error
+
+
+def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1) -> str:
+  """Profiles one step and writes out_dir/timeline.json and timeline.png.
+
+  Args:
+    step_fn: runs one training step (see Profile).
+    out_dir: where the profile, timeline.json and timeline.png go.
+    warmup: unprofiled calls of step_fn first.
+
+  Returns:
+    The Summary line (K, M, measured and theoretical bubble).
+  """
+  intervals = ProfileIntervals(step_fn, out_dir, warmup)
+  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'))
+  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'))
+  return Summary(intervals)

@@ -1,0 +1,206 @@
+"""Function calls of one profiled step, read from a TF profiler XSpace.
+
+TensorFlow 2.21's CPU profiler (host plane '/host:CPU' of the .xplane.pb,
+one line per thread) records no function names and no device on events:
+
+- A call of a traced function is a 'FunctionRun' event nested (same thread,
+  in time) in 'PartitionedCallOp', in 'ExecutorState::ProcessAsync::Start'
+  (stat 'name': the caller's node), in 'ExecutorState::Process' of the
+  calling executor (stats 'id': its step id, '_c': its flow id, i.e. one
+  device's partition of the graph). FunctionRun's 'id' is the step id of the
+  call's own executor.
+- Every kernel of a function body is an event '<node name>:<op type>' nested
+  in an 'ExecutorState::Process' event whose 'id' is that call's step id.
+- '_Send' kernels carry 'key' = '<src device>;...;<dst device>;...', which
+  names the device of the partition that sends.
+
+A micro-batch whose activations a cell keeps runs its forward and backward
+as ops of the step's own graph, not as calls: cell_runner builds them under
+the name scopes below, which the kernels' node names carry. The gradient
+tape names most gradient ops 'gradient_tape/<forward op name>', so those of
+a kept backward may also carry the forward's scope, after 'gradient_tape/'.
+"""
+
+import dataclasses
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from lingvo_pipe.pipeline import scope_names
+
+
+@dataclasses.dataclass
+class Event:
+  """One trace event on one thread; `parent` is the event enclosing it."""
+  start_ps: int
+  end_ps: int
+  name: str
+  stats: Dict[str, Any]
+  parent: Optional['Event'] = None
+
+  def Ancestor(self, name: str) -> Optional['Event']:
+    """The nearest enclosing event called `name`, if any."""
+    event = self.parent
+    while event is not None and event.name != name:
+      event = event.parent
+    return event
+
+
+KEPT_FORWARD_SCOPE = scope_names.KEPT_FORWARD_SCOPE
+KEPT_BACKWARD_SCOPE = scope_names.KEPT_BACKWARD_SCOPE
+# A name scope segment naming one of those scopes (TF may append _N).
+_KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d+)?')
+
+
+@dataclasses.dataclass
+class Call:
+  """One outermost function call, or the kernels of one kept-scope kind on
+  one partition (`scope` then names the kind): who ran it and what ran."""
+  step: Tuple[int, int]  # step id and loop iteration of the calling executor
+  partition: int  # flow id of the calling executor (one device's partition)
+  events: List[Event] = dataclasses.field(default_factory=list)
+  scope: Optional[str] = None
+
+  def Span(self) -> Tuple[int, int]:
+    """(first start, last end) of the call's events, in picoseconds."""
+    return (min(e.start_ps for e in self.events),
+            max(e.end_ps for e in self.events))
+
+  def Ops(self) -> List[Tuple[str, 'Event']]:
+    """(node name, event) of every kernel that ran in the call."""
+    return [(e.name.split(':')[0], e) for e in self.events if _IsOp(e)]
+
+
+_PROCESS = 'ExecutorState::Process'
+
+
+def LoadTrace(path: str) -> Any:
+  """Reads an .xplane.pb into an XSpace proto (TensorFlow's own xplane_pb2)."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  space = xplane_pb2.XSpace()
+  with open(path, 'rb') as f:
+    space.ParseFromString(f.read())
+  return space
+
+
+def HostEvents(space: Any) -> List[Event]:
+  """The host plane's events, each linked to the event enclosing it.
+
+  Args:
+    space: an XSpace proto (see LoadTrace).
+
+  Returns:
+    Every event of every thread of the '/host:CPU' plane, stats by name.
+
+  Raises:
+    ValueError: the trace has no host plane.
+  """
+  planes = [p for p in space.planes if p.name == '/host:CPU']
+  if not planes:
+    raise ValueError(f'No /host:CPU plane in the trace (planes: '
+                     f'{[p.name for p in space.planes]}).')
+  plane = planes[0]
+  stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+  events = []
+  for line in plane.lines:
+    base = line.timestamp_ns * 1000
+    on_line = []
+    for e in line.events:
+      stats = {}
+      for s in e.stats:
+        kind = s.WhichOneof('value')
+        value = getattr(s, kind)
+        stats[stat_names[s.metadata_id]] = (stat_names[value] if kind == 'ref_value'
+                                            else value)
+      start = base + e.offset_ps
+      on_line.append(Event(start, start + e.duration_ps,
+                           plane.event_metadata[e.metadata_id].name, stats))
+    _Nest(on_line)
+    events += on_line
+  return events
+
+
+def _Nest(events: List[Event]) -> None:
+  """Sets `parent` of events of one thread from their time containment."""
+  events.sort(key=lambda e: (e.start_ps, -e.end_ps))
+  stack: List[Event] = []
+  for event in events:
+    while stack and stack[-1].end_ps < event.end_ps:
+      stack.pop()
+    event.parent = stack[-1] if stack else None
+    stack.append(event)
+
+
+def _IsOp(event: Event) -> bool:
+  """A kernel event '<node>:<type>', run directly by an executor."""
+  return (event.parent is not None and event.parent.name == _PROCESS
+          and ':' in event.name and '::' not in event.name)
+
+
+def OutermostCalls(events: List[Event]) -> List[Call]:
+  """Function calls made by PartitionedCall ops that no such call contains
+  (a pipeline's cell calls), each with every event of its executor and of
+  the calls nested in it (e.g. per-layer recomputation)."""
+  runs: Dict[int, Tuple[int, int, int]] = {}  # step id -> caller's step, iter, flow
+  for e in events:
+    caller = e.Ancestor(_PROCESS)
+    if e.name == 'FunctionRun' and e.Ancestor('PartitionedCallOp') and caller:
+      runs[e.stats['id']] = (caller.stats['id'], caller.stats.get('iter_num', 0),
+                             caller.stats['_c'])
+
+  def Root(step_id: int) -> int:
+    while runs[step_id][0] in runs:
+      step_id = runs[step_id][0]
+    return step_id
+
+  calls = {i: Call((caller, it), flow) for i, (caller, it, flow) in runs.items()
+           if caller not in runs}
+  for e in events:
+    owner = e.stats.get('id')
+    if owner is None or e.name not in (_PROCESS, 'FunctionRun', 'ExecutorDoneCallback'):
+      process = e.Ancestor(_PROCESS)
+      owner = process.stats.get('id') if process else None
+    if owner in runs:
+      calls[Root(owner)].events.append(e)
+  return list(calls.values())
+
+
+def KeptScopeKind(node_name: str) -> Optional[str]:
+  """KEPT_FORWARD_SCOPE or KEPT_BACKWARD_SCOPE if the node belongs to a kept
+  micro-batch's forward or backward, else None."""
+  scopes = node_name.split('/')[:-1]
+  for i, segment in enumerate(scopes):
+    match = _KEPT_SEGMENT.fullmatch(segment)
+    if match:
+      return (KEPT_BACKWARD_SCOPE if 'gradient_tape' in scopes[:i]
+              else match.group(1))
+  return None
+
+
+def KeptScopeCalls(events: List[Event]) -> List[Call]:
+  """Per step (and loop iteration), partition and kept-scope kind
+  (KEPT_FORWARD_SCOPE, KEPT_BACKWARD_SCOPE), the kernels the partition's own
+  executor ran under such a scope, as one Call with `scope` set; transfers
+  (_Send, _Recv) left out."""
+  calls: Dict[Tuple[Tuple[int, int], int, str], Call] = {}
+  for e in events:
+    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
+      continue  # transfers also run in the dead last iteration of a loop
+    kind = KeptScopeKind(e.name.split(':')[0])
+    if kind is None:
+      continue
+    process = e.parent
+    step = (process.stats['id'], process.stats.get('iter_num', 0))
+    key = (step, process.stats['_c'], kind)
+    if key not in calls:
+      calls[key] = Call(step, process.stats['_c'], scope=kind)
+    calls[key].events.append(e)
+  return list(calls.values())
+
+
+def PartitionDevices(events: List[Event]) -> Dict[int, str]:
+  """Device name per executor flow id, from the keys of the _Send it ran."""
+  devices = {}
+  for e in events:
+    if e.name.endswith(':_Send') and 'key' in e.stats and e.parent is not None:
+      devices[e.parent.stats.get('_c')] = str(e.stats['key']).split(';')[0]
+  return devices

@@ -1,0 +1,1 @@
+"""Tasks, one package each (Lingvo's convention): input generator, model and layers."""

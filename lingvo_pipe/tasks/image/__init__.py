@@ -1,0 +1,1 @@
+"""Image classification with a pipelined convnet (AmoebaNet-D)."""

@@ -1,0 +1,1 @@
+"""Byte-level language modelling with a GPipe Transformer stack."""

@@ -1,0 +1,157 @@
+"""A GPipe Transformer stack: embedding in the first cell, softmax in the last.
+
+The paddings and labels travel with the activations (CarryLayer), so any
+partition into cells works. The loss is a weighted mean taken after the
+pipeline, on the last cell's device.
+"""
+
+import math
+from typing import Any, List
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core.layers import embedding
+from lingvo_pipe.core.layers import transformer
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
+from lingvo_pipe.pipeline.pipelined_model import CarryLayer
+from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
+
+
+def _Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
+  """Sinusoidal position encodings [length, dim] (Vaswani et al., 2017)."""
+  pos = tf.range(length, dtype=tf.float32)[:, None]
+  i = tf.range(dim // 2, dtype=tf.float32)[None, :]
+  angle = pos / tf.pow(10000.0, 2.0 * i / dim)
+  enc = tf.concat([tf.sin(angle), tf.cos(angle)], axis=1)
+  if dim % 2:
+    enc = tf.pad(enc, [[0, 0], [0, 1]])
+  return tf.cast(enc, dtype)
+
+
+
+class TokenEmbeddingStage(base_layer.BaseLayer):
+  """(ids, paddings, labels) -> (embeddings * sqrt(d) + positions, paddings,
+  labels): the first layer of a GPipe Transformer stack."""
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('vocab_size', 0, 'Vocabulary size.')
+    p.Define('model_dim', 0, 'Embedding dimension.')
+    return p
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    p = self.params
+    self.CreateChild('emb', embedding.EmbeddingLayer.Params().Set(
+        vocab_size=p.vocab_size, embedding_dim=p.model_dim, scale_sqrt_depth=True,
+        params_init=weights.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
+
+  def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
+            labels: tf.Tensor) -> tuple:
+    x = self.emb.FProp(theta.emb, ids)
+    x += _Positions(ids.shape[1], self.params.model_dim, x.dtype)[None]
+    return x, paddings, labels
+
+  @classmethod
+  def FPropMeta(cls, params: hyperparams.Params, ids_shape: Any, paddings_shape: Any,
+                labels_shape: Any) -> layer_meta.LayerMeta:
+    ids_shape = tf.TensorShape(ids_shape)
+    out = ids_shape.concatenate([params.model_dim])
+    n = layer_meta.NumElements(out)
+    return layer_meta.LayerMeta(
+        (out, tf.TensorShape(paddings_shape), tf.TensorShape(labels_shape)),
+        flops=2 * n, param_bytes=params.vocab_size * params.model_dim *
+        tf.as_dtype(params.dtype).size, act_bytes=layer_meta.Bytes([out, out], params.dtype))
+
+
+
+class SoftmaxStage(base_layer.BaseLayer):
+  """(x, paddings, labels) -> (logits, per-token cross entropy, weights):
+  the last layer of a GPipe Transformer stack."""
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('softmax', embedding.SoftmaxLayer.Params(), 'SoftmaxLayer params.')
+    return p
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    self.CreateChild('softmax', self.params.softmax)
+
+  def FProp(self, theta: NestedMap, x: tf.Tensor, paddings: tf.Tensor,
+            labels: tf.Tensor) -> tuple:
+    out = self.softmax.FProp(theta.softmax, x, labels)
+    return out.logits, out.per_example_loss, 1.0 - paddings
+
+  @classmethod
+  def FPropMeta(cls, params: hyperparams.Params, x_shape: Any, paddings_shape: Any,
+                labels_shape: Any) -> layer_meta.LayerMeta:
+    sm = params.softmax.cls.FPropMeta(params.softmax, x_shape, labels_shape)
+    out = sm.out_shapes[0]
+    return layer_meta.LayerMeta(
+        (out.logits, out.per_example_loss, tf.TensorShape(paddings_shape)),
+        sm.flops, sm.param_bytes, sm.act_bytes)
+
+
+
+def WeightedLoss(per_token: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+  """Mean of per-token losses over tokens with weight > 0."""
+  return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+
+class GPipeTransformerStack(PipelinedModel):
+  """A pipelined pre-LN Transformer language/sequence model: embedding in
+  the first cell, `num_layers` Transformer layers, softmax in the last.
+
+  FProp(theta, ids, paddings, labels) with [batch, time] inputs returns
+  NestedMap(logits, per_token_loss, weights, loss).
+  """
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = super().Params()
+    p.Define('vocab_size', 256, 'Vocabulary size.')
+    p.Define('model_dim', 64, 'Model dimension.')
+    p.Define('num_heads', 4, 'Attention heads.')
+    p.Define('hidden_dim', 256, 'Feed-forward hidden dimension.')
+    p.Define('num_layers', 4, 'Number of Transformer layers.')
+    p.Define('causal', True, 'Causal self-attention (a language model).')
+    p.Define('residual_keep_prob', 1.0, 'Keep probability of residual dropout.')
+    p.Define('label_smoothing', 0.0, 'Label smoothing of the softmax.')
+    p.Define('batch_size', 8, 'Batch size (for partitioning by FLOPs).')
+    p.Define('seq_len', 64, 'Sequence length.')
+    return p
+
+  @classmethod
+  def PipelineParams(cls, p: hyperparams.Params) -> hyperparams.Params:
+    """The PipeliningLayer params of the stack, layers and shapes filled in."""
+    layers: List[hyperparams.Params] = [TokenEmbeddingStage.Params().Set(
+        name='embedding', vocab_size=p.vocab_size, model_dim=p.model_dim)]
+    for i in range(p.num_layers):
+      layers.append(CarryLayer.Params().Set(
+          name=f'layer_{i}', num_body_inputs=2,
+          body=transformer.TransformerEncoderLayer.Params().Set(
+              input_dim=p.model_dim, num_heads=p.num_heads,
+              atten_hidden_dim=p.model_dim, hidden_dim=p.hidden_dim, causal=p.causal,
+              residual_keep_prob=p.residual_keep_prob)))
+    layers.append(SoftmaxStage.Params().Set(
+        name='softmax', softmax=embedding.SoftmaxLayer.Params().Set(
+            input_dim=p.model_dim, num_classes=p.vocab_size,
+            label_smoothing=p.label_smoothing)))
+    shape = [p.batch_size, p.seq_len]
+    return p.pipeline.Copy().Set(name='pipeline', layers=layers,
+                                 input_shapes=[shape, shape, shape])
+
+  def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
+            labels: tf.Tensor) -> NestedMap:
+    logits, per_token, weights = self.pipeline.FProp(theta.pipeline, ids, paddings, labels)
+    return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
+                     loss=WeightedLoss(per_token, weights))
+

@@ -1,0 +1,1 @@
+"""Translation with a GPipe Transformer encoder-decoder."""

@@ -1,0 +1,115 @@
+"""Bad pipeline configurations fail at build or trace time, before any step
+runs, with the clashing values in the message."""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.layers import linear
+from lingvo_pipe.pipeline import gpipe
+
+
+def _Layers(n=4, dim=8):
+  return [linear.ProjectionLayer.Params().Set(name=f'proj{i}', input_dim=dim, output_dim=dim)
+          for i in range(n)]
+
+
+def _Params(**kwargs):
+  p = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=_Layers(),
+                                         num_partitions=2, input_shapes=[[16, 8]])
+  return p.Set(**kwargs)
+
+
+def test_micro_batches_not_dividing_batch_at_build():
+  with pytest.raises(ValueError, match=r'num_micro_batches \(3\) must divide the batch '
+                     r'size \(16\); try one of \[1, 2, 4, 8, 16\]'):
+    _Params(num_micro_batches=3).Instantiate()
+
+
+def test_micro_batches_not_dividing_batch_at_trace():
+  pipe = _Params(input_shapes=None, splits=[2], num_partitions=0,
+                 num_micro_batches=4).Instantiate()
+  with pytest.raises(ValueError, match=r'num_micro_batches \(4\) must divide the batch size \(6\)'):
+    pipe(tf.zeros([6, 8]))
+
+
+@pytest.mark.parametrize('m', [0, -2])
+def test_zero_or_negative_micro_batches(m):
+  with pytest.raises(ValueError, match=rf'num_micro_batches \({m}\) must be >= 1'):
+    _Params(num_micro_batches=m).Instantiate()
+
+
+@pytest.mark.parametrize('k', [0, -1])
+def test_zero_or_negative_cells(k):
+  with pytest.raises(ValueError, match=rf'num_partitions \({k}\) must be >= 1'):
+    _Params(num_partitions=k).Instantiate()
+
+
+def test_more_cells_than_devices():
+  with pytest.raises(ValueError, match='3 cells need 3 devices but only 2'):
+    _Params(num_partitions=3, devices=['CPU:0', 'CPU:1']).Instantiate()
+
+
+def test_more_cells_than_layers():
+  with pytest.raises(ValueError, match='Cannot split 4 layers into 5 cells'):
+    _Params(num_partitions=5).Instantiate()
+
+
+def test_device_that_does_not_exist():
+  with pytest.raises(ValueError, match='CPU:9.*does not exist'):
+    _Params(devices=['CPU:0', 'CPU:9']).Instantiate()
+
+
+def test_cell_output_does_not_fit_next_cell():
+  layers = _Layers(2) + [linear.ProjectionLayer.Params().Set(name='odd', input_dim=5, output_dim=8)]
+  with pytest.raises(ValueError, match=r'Cell 1 does not accept the output of cell 0 '
+                     r"\(shapes \['\(16, 8\)'\]\).*odd"):
+    _Params(layers=[], cell_tpl=[
+        containers.SequentialLayer.Params().Set(name='a', sub=layers[:2]),
+        containers.SequentialLayer.Params().Set(name='b', sub=layers[2:])]).Instantiate()
+
+
+def test_empty_cell():
+  with pytest.raises(ValueError, match='cell 1 is empty'):
+    _Params(layers=[], cell_tpl=[
+        containers.SequentialLayer.Params().Set(name='a', sub=_Layers(2)),
+        containers.SequentialLayer.Params().Set(name='b', sub=[])]).Instantiate()
+
+
+def test_bad_manual_splits():
+  with pytest.raises(ValueError, match=r'Split points \[2, 2\] for 4 layers'):
+    _Params(splits=[2, 2], num_partitions=0).Instantiate()
+
+
+def test_no_cells_at_all():
+  with pytest.raises(ValueError, match='has no cells'):
+    _Params(layers=[]).Instantiate()
+
+
+def test_auto_partition_needs_shapes():
+  with pytest.raises(ValueError, match='needs input_shapes'):
+    _Params(input_shapes=None).Instantiate()
+
+
+class _Counted(linear.ProjectionLayer):
+  """Counts its instances."""
+  built = 0
+
+  def __init__(self, params):
+    super().__init__(params)
+    _Counted.built += 1
+
+
+@pytest.mark.parametrize('bad', [dict(devices=['CPU:0', 'CPU:9']),
+                                 dict(num_micro_batches=3),
+                                 dict(num_partitions=5)])
+def test_no_layer_is_built_when_config_is_bad(bad):
+  """Validation happens before any cell (and any variable) is created."""
+  layers = [_Counted.Params().Set(name=f'c{i}', input_dim=8, output_dim=8) for i in range(4)]
+  _Counted.built = 0
+  _Params(layers=layers).Instantiate()
+  assert _Counted.built == 4
+  _Counted.built = 0
+  with pytest.raises(ValueError):
+    _Params(layers=layers, **bad).Instantiate()
+  assert _Counted.built == 0

@@ -1,0 +1,182 @@
+"""Tests of the planner: its memory model by hand, monotonicity, the
+recommendation, errors, and that it partitions like PipeliningLayer."""
+
+import pytest
+
+from lingvo_pipe.core.layers import linear
+from lingvo_pipe.pipeline.cell_runner import RematPolicy
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import planner
+
+F32 = 4
+
+
+def _Stack(dims):
+  """ProjectionLayers dims[0] -> dims[1] -> ... (bias, no activation)."""
+  return [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=a, output_dim=b)
+          for i, (a, b) in enumerate(zip(dims, dims[1:]))]
+
+
+# By hand, for a projection i -> o at batch b (fp32, bias, no activation):
+# weights i*o + bias o; the forward produces x@w and x@w+b, 2*b*o elements;
+# its input is b*i elements; 2*b*i*o + b*o FLOPs.
+def _Params(i, o):
+  return (i * o + o) * F32
+
+
+def _Act(o, b):
+  return 2 * b * o * F32
+
+
+def _In(i, b):
+  return b * i * F32
+
+
+def _Flops(i, o, b):
+  return 2 * b * i * o + b * o
+
+
+@pytest.mark.parametrize('remat_last', [False, True])
+@pytest.mark.parametrize('remat', list(RematPolicy))
+@pytest.mark.parametrize('m', [1, 2, 4])
+def test_memory_and_time_by_hand(remat, m, remat_last):
+  d, n, k, slots = 8, 8, 2, 2  # 4 equal layers: cells of 2 layers each
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, optimizer_slots=slots,
+                         remat_last_micro_batch=remat_last)
+  mb = n // m
+  params = 2 * _Params(d, d)
+  big = _Act(d, mb)
+  act = {RematPolicy.NONE: 2 * _Act(d, n) + big,
+         RematPolicy.PER_CELL: _In(d, n) + 2 * _Act(d, mb) + big,
+         RematPolicy.PER_LAYER: _In(d, n) + 2 * _In(d, mb) + 2 * big}[remat]
+  recompute = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1, RematPolicy.PER_LAYER: 2}
+  assert (row.num_cells, row.num_micro_batches, row.remat) == (k, m, remat)
+  assert row.param_bytes == [params] * k
+  assert row.state_bytes == [(1 + slots) * params] * k
+  assert row.act_bytes == [act] * k
+  assert row.peak_bytes == [(2 + slots) * params + act] * k
+  assert row.total_peak_bytes == k * ((2 + slots) * params + act)
+  assert row.shared_peak_bytes == k * (2 + slots) * params + act
+  assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
+  # Each cell keeps its last micro-batch (no recomputation) unless told not to.
+  kept_last = 1 if remat == RematPolicy.PER_CELL and not remat_last else 0
+  assert row.relative_step_time == 2 * _Flops(d, d, mb) * (
+      (3 + recompute[remat]) * (m + k - 1) - kept_last)
+
+
+def test_one_layer_cell():
+  """Stashed input at N, the layer's activations at N/M, its temporaries."""
+  layers = _Stack([8, 8])
+  alone = planner.Estimate(layers, [[8, 8]], 1, 4, RematPolicy.PER_CELL)
+  assert alone.act_bytes == [_In(8, 8) + 2 * _Act(8, 2)]
+
+
+def test_more_micro_batches_less_per_cell_activation():
+  layers = _Stack([16] * 9)
+  acts = [max(planner.Estimate(layers, [[32, 16]], 2, m, RematPolicy.PER_CELL).act_bytes)
+          for m in (1, 2, 4, 8, 16)]
+  assert acts == sorted(acts, reverse=True) and len(set(acts)) == len(acts)
+
+
+@pytest.mark.parametrize('m', [2, 4, 8])
+def test_remat_keeps_less_than_no_remat(m):
+  layers = _Stack([16] * 9)
+  none, per_cell, per_layer = (
+      planner.Estimate(layers, [[32, 16]], 2, m, r) for r in
+      (RematPolicy.NONE, RematPolicy.PER_CELL, RematPolicy.PER_LAYER))
+  for a, b, c in zip(none.act_bytes, per_cell.act_bytes, per_layer.act_bytes):
+    assert a > b >= c
+
+
+def test_more_cells_fewer_params_per_device():
+  layers = _Stack([16] * 9)
+  per_device = [max(planner.Estimate(layers, [[32, 16]], k, 4, RematPolicy.PER_CELL).param_bytes)
+                for k in (1, 2, 4, 8)]
+  assert per_device == sorted(per_device, reverse=True) and len(set(per_device)) == 4
+  assert sum(planner.Estimate(layers, [[32, 16]], 4, 4, RematPolicy.NONE).param_bytes) == (
+      8 * _Params(16, 16))
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 4])
+def test_partition_matches_pipelining_layer(k):
+  layers = _Stack([4, 32, 8, 64, 16, 2, 24])  # unequal layers
+  p = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, num_partitions=k,
+                                         input_shapes=[[8, 4]])
+  cells = gpipe.CellParams(p)
+  expected = [sum(_Params(lp.input_dim, lp.output_dim) for lp in c.sub) for c in cells]
+  row = planner.Estimate(layers, [[8, 4]], k, 2, RematPolicy.PER_CELL)
+  assert row.param_bytes == expected
+
+
+def test_plan_skips_impossible_and_marks_fits():
+  layers = _Stack([8] * 4)
+  rows = planner.Plan(layers, [[12, 8]], 10**9, cells=(1, 2, 8),
+                      micro_batches=(1, 4, 5))
+  assert {(r.num_cells, r.num_micro_batches) for r in rows} == {(1, 1), (1, 4), (2, 1), (2, 4)}
+  assert len(rows) == 4 * len(RematPolicy) and all(r.fits for r in rows)
+
+
+def test_recommend_is_the_fastest_that_fits():
+  layers = _Stack([64] * 9)
+  rows = planner.Plan(layers, [[64, 64]], 10**9)
+  budget = sorted(r.max_peak_bytes for r in rows)[len(rows) // 2]
+  rows = planner.Plan(layers, [[64, 64]], budget)
+  fitting = [r for r in rows if r.max_peak_bytes <= budget]
+  assert [r for r in rows if r.fits] == fitting
+  best = planner.Recommend(rows)
+  fastest = min(r.relative_step_time for r in fitting)
+  assert best.fits and best.relative_step_time == fastest
+  assert best.max_peak_bytes == min(r.max_peak_bytes for r in fitting
+                                    if r.relative_step_time == fastest)
+  table = planner.FormatTable(rows)
+  marked = [line for line in table.splitlines() if line.startswith('*')]
+  assert len(marked) == 1 and marked[0].split()[1:4] == [
+      str(best.num_cells), str(best.num_micro_batches), best.remat.name]
+
+
+def test_recommend_none_when_nothing_fits():
+  rows = planner.Plan(_Stack([64] * 5), [[64, 64]], 1)
+  assert rows and not any(r.fits for r in rows)
+  assert planner.Recommend(rows) is None
+  assert 'No candidate fits' in planner.FormatTable(rows)
+
+
+def test_errors_name_the_values():
+  layers = _Stack([8] * 5)
+  with pytest.raises(ValueError, match=r'budget_bytes must be > 0, got 0'):
+    planner.Plan(layers, [[8, 8]], 0)
+  with pytest.raises(ValueError, match='Cannot split 4 layers into 5 cells'):
+    planner.Estimate(layers, [[8, 8]], 5, 1, RematPolicy.NONE)
+  with pytest.raises(ValueError, match=r'num_micro_batches \(3\) must divide the batch size \(8\)'):
+    planner.Estimate(layers, [[8, 8]], 2, 3, RematPolicy.NONE)
+  with pytest.raises(ValueError, match=r'optimizer_slots \(-1\)'):
+    planner.Estimate(layers, [[8, 8]], 2, 2, RematPolicy.NONE, optimizer_slots=-1)
+  with pytest.raises(ValueError, match='layers is empty'):
+    planner.Estimate([], [[8, 8]], 1, 1, RematPolicy.NONE)
+  with pytest.raises(TypeError, match="'none'"):
+    planner.Estimate(layers, [[8, 8]], 2, 2, 'none')
+  with pytest.raises(ValueError, match='no static size at batch_dim=1'):
+    planner.Estimate(layers, [[8]], 1, 1, RematPolicy.NONE, batch_dim=1)
+
+
+def test_largest_fitting_stack_grows_with_the_budget():
+  def Largest(budget):
+    return planner.LargestFittingStack(lambda n: _Stack([32] * (n + 1)), [[16, 32]],
+                                       budget, 2, 4, RematPolicy.PER_CELL,
+                                       optimizer_slots=1, max_layers=200)
+
+  one = planner.Estimate(_Stack([32] * 3), [[16, 32]], 2, 4, RematPolicy.PER_CELL,
+                         optimizer_slots=1).max_peak_bytes
+  assert Largest(one - 1) == 0
+  assert Largest(one) == 2
+  sizes = [Largest(b) for b in range(one, 40 * one, 3 * one)]
+  assert sizes == sorted(sizes) and sizes[-1] > 2 * sizes[0]
+  for budget, size in zip(range(one, 40 * one, 3 * one), sizes):
+    def Peak(n):
+      return planner.Estimate(_Stack([32] * (n + 1)), [[16, 32]], 2, 4,
+                              RematPolicy.PER_CELL, optimizer_slots=1).max_peak_bytes
+    assert Peak(size) <= budget < Peak(size + 1)
+  assert Largest(10**12) == 200
+  with pytest.raises(ValueError, match=r'max_layers \(1\) >= num_cells \(2\)'):
+    planner.LargestFittingStack(lambda n: _Stack([8] * (n + 1)), [[8, 8]], 10**6, 2, 1,
+                                RematPolicy.NONE, max_layers=1)

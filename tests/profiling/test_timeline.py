@@ -1,0 +1,164 @@
+"""The timeline parser on a recorded profile of one GPipe step (K=4, M=4).
+
+testdata/gpipe_k4_m4.xplane.pb: 8 ReLU ProjectionLayers (128 wide) in 4 cells
+on 4 logical CPU devices, 4 micro-batches of 16, per-cell remat, one step of
+a tf.function with a GradientTape; host plane only, ThreadpoolListener events
+dropped. No timing is asserted, only structure.
+"""
+
+import collections
+import json
+import os
+import pathlib
+
+import pytest
+
+from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import timeline
+from lingvo_pipe.profiling.timeline import Phase
+
+FIXTURE = str(pathlib.Path(__file__).parent / 'testdata' / 'gpipe_k4_m4.xplane.pb')
+K, M = 4, 4
+
+
+@pytest.fixture(scope='module')
+def intervals():
+  return timeline.Intervals(timeline.LoadTrace(FIXTURE))
+
+
+def test_every_cell_micro_batch_and_phase_once(intervals):
+  found = collections.Counter((i.cell, i.micro_batch, i.phase) for i in intervals)
+  assert set(found) == {(k, m, p) for k in range(K) for m in range(M) for p in Phase}
+  assert set(found.values()) == {1}
+  assert timeline.NumCellsAndMicroBatches(intervals) == (K, M)
+
+
+def test_schedule_order_per_cell(intervals):
+  for k in range(K):
+    mine = sorted((i for i in intervals if i.cell == k), key=lambda i: i.start_us)
+    assert [(i.phase, i.micro_batch) for i in mine] == (
+        [(Phase.FORWARD, m) for m in range(M)] +
+        [(p, m) for m in reversed(range(M)) for p in (Phase.RECOMPUTE, Phase.BACKWARD)])
+    assert all(i.start_us <= i.end_us for i in mine)
+
+
+def test_a_cell_starts_after_the_previous_cell(intervals):
+  def First(k, phase):
+    return min(i.start_us for i in intervals if i.cell == k and i.phase == phase)
+  for k in range(1, K):
+    assert First(k, Phase.FORWARD) > First(k - 1, Phase.FORWARD)
+    assert First(k - 1, Phase.RECOMPUTE) > First(k, Phase.RECOMPUTE)
+
+
+def test_cells_on_distinct_devices(intervals):
+  devices = {i.cell: i.device for i in intervals}
+  assert len(set(devices.values())) == K
+  assert devices[0].endswith('device:CPU:0') and devices[3].endswith('device:CPU:3')
+  assert len({(i.cell, i.device) for i in intervals}) == K
+
+
+def test_bubble_and_summary(intervals):
+  assert 0.0 <= timeline.BubbleFraction(intervals) <= 1.0
+  summary = timeline.Summary(intervals)
+  assert summary.startswith('K=4 M=4 bubble: measured ')
+  assert f'{schedule.BubbleFraction(K, M):.3f}' in summary
+
+
+def test_chrome_trace_schema(intervals, tmp_path):
+  path = str(tmp_path / 'timeline.json')
+  timeline.WriteChromeTrace(intervals, path)
+  with open(path) as f:
+    events = json.load(f)['traceEvents']
+  spans = [e for e in events if e['ph'] == 'X']
+  assert len(spans) == len(intervals) == K * M * len(Phase)
+  for e in spans:
+    assert {'name', 'ts', 'dur', 'pid', 'tid'} <= set(e)
+    assert isinstance(e['ts'], (int, float)) and e['dur'] >= 0
+  assert {e['tid'] for e in spans} == set(range(K))
+  names = [e['args']['name'] for e in events if e['ph'] == 'M']
+  assert len(names) == K and names[0].startswith('cell_0 (')
+
+
+def test_gantt_png_written(intervals, tmp_path):
+  path = str(tmp_path / 'timeline.png')
+  timeline.WriteGantt(intervals, path)
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_trace_without_cells_raises():
+  space = timeline.LoadTrace(FIXTURE)
+  for plane in space.planes:
+    for line in plane.lines:
+      del line.events[:]
+  with pytest.raises(ValueError, match='no pipeline cell events'):
+    timeline.Intervals(space)
+  del space.planes[:]
+  with pytest.raises(ValueError, match='No /host:CPU plane'):
+    timeline.Intervals(space)
+
+
+def test_empty_intervals_raise():
+  with pytest.raises(ValueError, match='No intervals'):
+    timeline.BubbleFraction([])
+
+
+def test_profile_of_a_live_step(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline import gpipe
+  from lingvo_pipe.core.layers import linear
+  # ReLU and a squared loss: each backward needs its forward's activations.
+  layers = [linear.ProjectionLayer.Params().Set(
+      name=f'p{i}', input_dim=16, output_dim=16, activation=linear.Activation.RELU)
+            for i in range(4)]
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2,
+      input_shapes=[[8, 16]]).Instantiate()
+  x = tf.ones([8, 16])
+
+  @tf.function(autograph=False)
+  def Step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.square(pipe(x)))
+    return loss, tape.gradient(loss, pipe.trainable_variables)
+
+  summary = timeline.Record(Step, str(tmp_path))
+  assert summary.startswith('K=2 M=2 bubble: measured ')
+  assert os.path.exists(tmp_path / 'timeline.json')
+  assert os.path.exists(tmp_path / 'timeline.png')
+  # Micro-batch 1, the last, keeps its activations: its forward and backward
+  # run as kept-scope ops, not calls, and nothing recomputes it.
+  one = timeline.ProfileIntervals(Step, str(tmp_path / 'one'), warmup=0)
+  for cell in (0, 1):
+    phases = {(i.micro_batch, i.phase): i for i in one if i.cell == cell}
+    assert set(phases) >= {(m, p) for m in (0, 1) for p in (timeline.Phase.FORWARD,
+                                                             timeline.Phase.BACKWARD)}
+    assert (1, timeline.Phase.RECOMPUTE) not in phases
+    assert (phases[(1, timeline.Phase.FORWARD)].start_us <
+            phases[(1, timeline.Phase.BACKWARD)].start_us)
+  two_steps = timeline.Profile(lambda: (Step(), Step()), str(tmp_path / 'two'), warmup=0)
+  with pytest.raises(ValueError, match='profile exactly one'):
+    timeline.Intervals(timeline.LoadTrace(two_steps))
+  # A trace that does not parse is profiled again.
+  calls = []
+
+  def TwoStepsFirst():
+    calls.append(1)
+    return (Step(), Step()) if len(calls) == 1 else Step()
+
+  again = timeline.ProfileIntervals(TwoStepsFirst, str(tmp_path / 'again'), warmup=0)
+  assert len(calls) == 2 and timeline.NumCellsAndMicroBatches(again) == (2, 2)
+  with pytest.raises(ValueError, match='profile exactly one'):
+    timeline.ProfileIntervals(lambda: (Step(), Step()), str(tmp_path / 'never'),
+                              warmup=0, attempts=2)
+  with pytest.raises(ValueError, match='attempts must be >= 1, got 0'):
+    timeline.ProfileIntervals(Step, str(tmp_path / 'none'), attempts=0)
+
+  @tf.function(autograph=False)
+  def Loop():  # two steps in one function, as the trainer's loop runs them
+    return tf.while_loop(lambda i, _: i < 2, lambda i, _: (i + 1, Step()[0]),
+                         [tf.constant(0), tf.constant(0.0)])
+
+  loop = timeline.Profile(Loop, str(tmp_path / 'loop'))
+  with pytest.raises(ValueError, match='2 steps'):
+    timeline.Intervals(timeline.LoadTrace(loop))

@@ -1,0 +1,62 @@
+"""Tests of the ready-made pipelined stacks."""
+
+import numpy as np
+import tensorflow as tf
+
+from lingvo_pipe.core.layers import linear
+from lingvo_pipe.tasks.image import layers as image_layers
+from lingvo_pipe.tasks.lm import layers as lm_layers
+
+from tests.pipeline import pipeline_models as models
+
+
+def _Close(a, b):
+  np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                             tf.convert_to_tensor(b).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_convnet_classifier_equals_its_layers_per_micro_batch():
+  layers, shape = models.ConvNetLayers(keep_prob=1.0)
+  layers[-1] = linear.ProjectionLayer.Params().Set(name='proj', input_dim=4, output_dim=10)
+  p = image_layers.GPipeConvNetClassifier.Params().Set(
+      name='net', layers=layers, num_classes=10, input_shape=shape, label_smoothing=0.1)
+  p.pipeline.Set(num_partitions=3, num_micro_batches=4)
+  net = p.Instantiate()
+  assert net.pipeline.num_cells == 3
+  images = tf.random.stateless_normal(shape, [1, 1])
+  labels = tf.random.stateless_uniform([shape[0]], [1, 2], 0, 10, tf.int32)
+  variables = list(net.trainable_variables)
+  with tf.GradientTape() as tape:
+    out = net(images, labels)
+  grads = tape.gradient(out.loss, variables)
+  assert out.logits.shape == (shape[0], 10)
+  with tf.GradientTape() as tape:
+    logits = []
+    for xm in tf.split(images, 4):
+      h = xm
+      for cell in net.pipeline.cells:
+        for layer in cell.sub:
+          if layer.params.name != 'xent':
+            h = layer.body.FProp(layer.body.theta, h)
+      logits.append(h)
+    logits = tf.concat(logits, 0)
+    targets = 0.9 * tf.one_hot(labels, 10) + 0.01
+    ref_loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(targets, logits))
+  _Close(out.logits, logits)
+  _Close(out.loss, ref_loss)
+  for g, rg in zip(grads, tape.gradient(ref_loss, variables)):
+    _Close(g, rg)
+
+
+def test_transformer_stack_loss_ignores_padded_tokens():
+  p = lm_layers.GPipeTransformerStack.Params().Set(
+      name='lm', vocab_size=16, model_dim=8, num_heads=2, hidden_dim=16,
+      num_layers=2, batch_size=4, seq_len=6)
+  p.pipeline.Set(num_partitions=2, num_micro_batches=2)
+  stack = p.Instantiate()
+  ids = tf.random.stateless_uniform([4, 6], [3, 3], 0, 16, tf.int32)
+  paddings = tf.constant([[0.] * 6, [0.] * 4 + [1.] * 2] * 2)
+  out = stack(ids, paddings, ids)
+  assert out.logits.shape == (4, 6, 16)
+  expected = np.sum(out.per_token_loss.numpy() * (1 - paddings.numpy())) / 20
+  _Close(out.loss, expected)

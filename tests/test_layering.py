@@ -1,0 +1,78 @@
+"""The package layout is the architecture: imports point down only.
+
+Layers, lowest first: core (params, layers) <- pipeline <- profiling <-
+tasks <- experiments (base_experiment, model_registry, model_params) <-
+trainer. A module may import its own layer and those below it, and no
+modules import each other in a circle.
+"""
+
+import pathlib
+from typing import Dict, List, Set
+
+from tests import test_build_file as build
+
+LAYERS = [
+    ('lingvo_pipe.core',),
+    ('lingvo_pipe.pipeline',),
+    ('lingvo_pipe.profiling',),
+    ('lingvo_pipe.tasks',),
+    ('lingvo_pipe.base_experiment', 'lingvo_pipe.model_registry', 'model_params'),
+    ('trainer',),
+]
+
+
+def _Layer(module: str) -> int:
+  for i, prefixes in enumerate(LAYERS):
+    if any(module == p or module.startswith(p + '.') for p in prefixes):
+      return i
+  raise ValueError(f'{module} belongs to no layer of {LAYERS}; add it there.')
+
+
+def _LibraryModules() -> Dict[str, List[str]]:
+  """Module name -> the first-party modules it imports."""
+  graph = {}
+  for path in build.PythonFiles():
+    if not path.startswith(('lingvo_pipe/', 'model_params/', 'trainer/')):
+      continue
+    parts = list(pathlib.PurePath(path).with_suffix('').parts)
+    if parts[-1] == '__init__':
+      parts.pop()
+    graph['.'.join(parts)] = sorted(
+        m for m in set(build.Imports(path))
+        if m.split('.')[0] in ('lingvo_pipe', 'model_params', 'trainer') and
+        m.count('.') > 0)
+  return graph
+
+
+def test_imports_point_down():
+  upward = [f'{module} (layer {_Layer(module)}) imports {dep} (layer {_Layer(dep)})'
+            for module, deps in _LibraryModules().items()
+            if module.count('.') > 0 for dep in deps
+            if _Layer(dep) > _Layer(module)]
+  assert not upward, '\n'.join(upward)
+
+
+def test_no_import_cycles():
+  graph = _LibraryModules()
+  cycles: List[List[str]] = []
+  done: Set[str] = set()
+
+  def Visit(module: str, path: List[str]) -> None:
+    if module in path:
+      cycles.append(path[path.index(module):] + [module])
+      return
+    if module in done or module not in graph:
+      return
+    for dep in graph[module]:
+      Visit(dep, path + [module])
+    done.add(module)
+
+  for module in graph:
+    Visit(module, [])
+  assert not cycles, '\n'.join(' -> '.join(c) for c in cycles)
+
+
+def test_every_library_module_has_a_layer():
+  for module in _LibraryModules():
+    if module.count('.') > 0:
+      _Layer(module)
