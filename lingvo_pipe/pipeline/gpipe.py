@@ -41,8 +41,8 @@ class PipeliningLayer(base_layer.BaseLayer):
   cell's outputs are the next cell's inputs. The last cell's outputs are
   concatenated along batch_dim and must carry the micro-batch size there,
   except those named in p.summed_outputs, which are summed over
-  micro-batches: a cell adds an auxiliary loss term or metric to a scalar
-  that the cells carry along, and the last cell's is declared summed.
+  micro-batches: cells add auxiliary loss terms or metrics to a scalar they
+  carry along, and summed_outputs names it.
   """
 
   @classmethod
