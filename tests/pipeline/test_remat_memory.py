@@ -5,20 +5,15 @@ TF_CPU_ALLOCATOR_USE_BFC=true (see DESIGN.md), so peaks are per process.
 """
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import fresh_process
 
 
 def _PeakBytes(*flags: str, seq: int = 128) -> int:
-  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true', PYTHONPATH=str(ROOT))
-  out = subprocess.run(
-      [sys.executable, '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act',
-       '--batch=8', f'--seq={seq}', '--num_layers=6', '--steps=1', '--warmup=0', *flags],
-      cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+  out = fresh_process.RunPython(
+      '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act', '--batch=8',
+      f'--seq={seq}', '--num_layers=6', '--steps=1', '--warmup=0', *flags,
+      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
   result = json.loads(out.strip().splitlines()[-1])
   print(result)
   return result['bfc_peak_bytes']
