@@ -6,6 +6,8 @@ TF_CPU_ALLOCATOR_USE_BFC=true (see DESIGN.md), so peaks are per process.
 
 import json
 
+import pytest
+
 from tests import fresh_process
 
 
@@ -25,6 +27,7 @@ def test_remat_peak_is_well_below_no_remat():
   assert per_cell < 0.5 * without, (per_cell, without)
 
 
+@pytest.mark.slow  # the largest (seq 256) of the runs; make test keeps the others
 def test_per_layer_remat_beats_keeping_everything_at_one_micro_batch():
   """Sequences of 256 so that activations outweigh the weights and their
   gradients (at 128: 72 of 141 MB with per-layer remat)."""

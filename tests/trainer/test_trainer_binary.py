@@ -89,6 +89,8 @@ def test_params_file_override_then_flag_override(tmp_path):
   assert 'trainer.max_steps : 7\n' in text and 'trainer.seed : 9\n' in text
 
 
+@pytest.mark.slow  # the inspect modes: test_inspect_params_and_model; every
+# experiment's params and plan: test_experiment_conformance.py, in process.
 def test_every_experiment_prints_params_and_plan():
   for model in ('lm.StdlibBytesGPipe', 'mt.ReverseBytesGPipe', 'image.AmoebaNetDCifarGPipe'):
     assert 'task.' in _Run(f'--model={model}', '--mode=inspect_params').stdout
