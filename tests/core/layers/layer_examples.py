@@ -72,15 +72,15 @@ def _Proj(dim_in: int, dim_out: int) -> hyperparams.Params:
 
 _TRANSFORMER = dict(input_dim=8, num_heads=2, atten_hidden_dim=8, hidden_dim=16,
                     residual_keep_prob=0.8)
-# Tasks map a batch NestedMap to metrics; planning reads their models'.
 _TASK = 'a task maps a batch to metrics; the planner reads its model\'s FPropMeta'
 _MODEL_GAP = ('PipelinedModel.FPropMeta describes the pipeline\'s outputs, not '
               'the NestedMap (with the loss) that the model\'s FProp returns')
 
 
-def _Pipelined(cls: type, k: int = 2, m: int = 2, **kwargs: Any) -> hyperparams.Params:
+def _Pipelined(cls: type, **kwargs: Any) -> hyperparams.Params:
+  """A PipelinedModel's params, K=2 and M=2."""
   p = _P(cls, **kwargs)
-  p.pipeline.Set(num_partitions=k, num_micro_batches=m)
+  p.pipeline.Set(num_partitions=2, num_micro_batches=2)
   return p
 
 
@@ -177,8 +177,8 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
     amoebanet.Head: (
         Example(_P(amoebanet.Head, channels=8, num_classes=5),
                 (F(2, 4, 4, 8), F(2, 4, 4, 8))),),
-    image_layers._XentLayer: (  # pylint: disable=protected-access
-        Example(_P(image_layers._XentLayer, num_classes=5, label_smoothing=0.1),  # pylint: disable=protected-access
+    image_layers._XentLayer: (
+        Example(_P(image_layers._XentLayer, num_classes=5, label_smoothing=0.1),
                 (F(2, 5), Ids(5, 2))),),
     image_layers.GPipeConvNetClassifier: (
         Example(_Classifier(), (F(4, 6, 6, 3), Ids(5, 4)), meta_gap=_MODEL_GAP),),
@@ -217,7 +217,7 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
 # Layer classes without examples, and why.
 EXEMPT: Dict[type, str] = {
     base_layer.BaseLayer: 'the abstract base: no FProp',
-    conv._BaseConv2DLayer: 'abstract: its subclasses define _Convolve',  # pylint: disable=protected-access
-    transformer._PreLnTransformerBase: 'abstract: its subclasses define FProp',  # pylint: disable=protected-access
+    conv._BaseConv2DLayer: 'abstract: its subclasses define _Convolve',
+    transformer._PreLnTransformerBase: 'abstract: its subclasses define FProp',
     pipelined_model.PipelinedModel: 'abstract: its subclasses define PipelineParams',
 }
