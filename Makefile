@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test install clean bench-compare bench-docs bench-render
+.PHONY: demo test test-slow test-all install clean bench-compare bench-docs bench-render
 
 # Benchmarks (see docs/benchmarks.md); pass flags with BENCH_FLAGS, e.g.
 #   make bench-docs BENCH_FLAGS='--sections=overhead --repeats=5'
@@ -26,7 +26,15 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(VENV)/bin/lingvo_pipe_trainer --mode=train_and_eval --logdir=logs/demo
 
+# test leaves out the tests marked slow (pytest.ini): the rest of the (K, M)
+# grids whose diagonals it runs; test-slow runs only those, test-all both.
 test: $(STAMP)
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m slow tests
+
+test-all: $(STAMP)
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) tests
 
 bench-compare: $(STAMP)

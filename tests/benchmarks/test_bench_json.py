@@ -46,7 +46,7 @@ def test_json_has_the_documented_keys_and_types(args, expected):
     assert isinstance(result[key], kind), (key, result[key])
   assert {k: result[k] for k in expected} == expected
   assert result['num_layers'] == 2 and result['batch'] == 8 and result['steps'] == 1
-  assert result['step_s_min'] <= result['step_s_median']
+  assert result['step_s_min'] == result['step_s_median'] > 0  # of the one timed step
   assert 0 < result['bfc_peak_bytes'] <= result['bfc_process_peak_bytes']
   assert result['graph_ops'] > 0
 

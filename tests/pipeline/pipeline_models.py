@@ -1,9 +1,9 @@
-"""Small models for pipeline tests and a sequential reference without the
-pipeline machinery."""
+"""Small models for pipeline tests, their inputs, loss and training step."""
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
@@ -15,10 +15,23 @@ from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
 BATCH = 16
+BN_DECAY = 0.9
+# The (K, M) grid of the transparency tests: every K from one cell to one
+# layer per cell, every M from the whole batch to one example each.
+KS, MS = (1, 2, 4, 8), (1, 2, 4, 8, 16)
+
+
+def KMGrid(ks: Sequence[int] = KS, ms: Sequence[int] = MS) -> List[Any]:
+  """pytest params (k, m) of the grid ks x ms: a diagonal with every K and
+  every M runs in `make test`, the rest is marked slow (`make test-slow`)."""
+  n = max(len(ks), len(ms))
+  diagonal = {(ks[i % len(ks)], ms[i % len(ms)]) for i in range(n)}
+  return [pytest.param(k, m, id=f'{k}-{m}',
+                       marks=() if (k, m) in diagonal else pytest.mark.slow)
+          for k in ks for m in ms]
 
 
 def ConvNetLayers(keep_prob: float = 0.8) -> Tuple[List[Any], List[int]]:
@@ -28,7 +41,8 @@ def ConvNetLayers(keep_prob: float = 0.8) -> Tuple[List[Any], List[int]]:
     layers += [
         conv.Conv2DLayer.Params().Set(name=f'conv{i}', filter_shape=(3, 3, cin, cout),
                                       activation=Activation.RELU),
-        normalization.BatchNormLayer.Params().Set(name=f'bn{i}', dim=cout, decay=0.9),
+        normalization.BatchNormLayer.Params().Set(name=f'bn{i}', dim=cout,
+                                                  decay=BN_DECAY),
         dropout.DropoutLayer.Params().Set(name=f'drop{i}', keep_prob=keep_prob),
     ]
   layers += [pooling.GlobalPoolingLayer.Params().Set(name='pool'),
@@ -80,64 +94,44 @@ def Loss(outputs: Any) -> tf.Tensor:
   return tf.reduce_mean(tf.square(outputs))
 
 
-def _FloatInputs(inputs: tuple) -> List[tf.Tensor]:
+def ClassifierLoss(outputs: tuple) -> tf.Tensor:
+  """GPipeConvNetClassifier's loss from its pipeline's outputs (logits with
+  the per-example cross entropy as last column, labels)."""
+  return tf.reduce_mean(outputs[0][:, -1])
+
+
+def FloatInputs(inputs: tuple) -> List[tf.Tensor]:
+  """The inputs that gradients are taken of."""
   return [x for x in inputs if x.dtype.is_floating]
 
 
-def TrainStep(pipe: gpipe.PipeliningLayer, step: int):
-  """A tf.function of the inputs: (outputs, loss, grads of the trainable
-  variables and the float inputs)."""
+def TrainStep(pipe: gpipe.PipeliningLayer, step: int,
+              loss_fn: Callable[[Any], tf.Tensor] = Loss, eager: bool = False):
+  """A function of the inputs (a tf.function unless eager): (outputs, loss,
+  grads of the trainable variables and the float inputs), step seed
+  [step, 0]."""
   variables = list(pipe.trainable_variables)
 
-  @tf.function(autograph=False)
   def Step(*inputs):
     with tf.GradientTape() as tape:
-      tape.watch(_FloatInputs(inputs))
+      tape.watch(FloatInputs(inputs))
       theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
       outputs = pipe.FProp(theta, *inputs)
-      loss = Loss(outputs)
-    return outputs, loss, tape.gradient(loss, variables + _FloatInputs(inputs))
+      loss = loss_fn(outputs)
+    return outputs, loss, tape.gradient(loss, variables + FloatInputs(inputs))
 
-  return Step
-
-
-def SequentialReference(pipe: gpipe.PipeliningLayer, inputs: tuple, num_micro: int,
-                        step: int) -> Dict[str, Any]:
-  """The network without the pipeline: every layer of every cell applied in
-  order to each micro-batch (step seed [step, m], batch norm on the
-  micro-batch), plain autodiff. Records each batch-norm layer's inputs."""
-  variables = list(pipe.trainable_variables)
-  bn_inputs: Dict[str, List[np.ndarray]] = {}
-  with tf.GradientTape() as tape:
-    tape.watch(_FloatInputs(inputs))
-    outs = []
-    for m, micro in enumerate(zip(*[tf.split(x, num_micro) for x in inputs])):
-      h = tuple(micro)
-      for cell in pipe.cells:
-        for layer in cell.sub:
-          inner = layer.body if isinstance(layer, pipelined_model.CarryLayer) else layer
-          if isinstance(inner, normalization.BatchNormLayer):
-            bn_inputs.setdefault(inner.path, []).append(h[0].numpy())
-          theta = base_layer.WithStepSeed(layer.theta, [step, m])
-          h = containers.AsTuple(layer.FProp(theta, *h))
-      outs.append(h)
-    y = tuple(tf.concat(column, 0) for column in zip(*outs))
-    y = y[0] if len(y) == 1 else y
-    loss = Loss(y)
-  grads = tape.gradient(loss, variables + _FloatInputs(inputs))
-  return dict(y=y, loss=loss, grads=grads, bn_inputs=bn_inputs)
+  return Step if eager else tf.function(Step, autograph=False)
 
 
-def ExpectedMovingAverages(pipe, bn_inputs) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
-  """NumPy: moving averages after one update from the whole mini-batch."""
+def ExpectedMovingAverages(bn_inputs: Dict[str, List[np.ndarray]], decay: float
+                           ) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+  """NumPy: per batch-norm layer path, its moving mean and variance after
+  one update from its inputs of all micro-batches (the whole mini-batch)."""
   expected = {}
-  for cell in pipe.cells:
-    for layer in cell.sub:
-      if isinstance(layer, normalization.BatchNormLayer):
-        h = np.concatenate(bn_inputs[layer.path]).astype(np.float64)
-        axes = tuple(range(h.ndim - 1))
-        d = layer.params.decay
-        mean0, var0 = np.zeros(h.shape[-1]), np.ones(h.shape[-1])
-        expected[layer.path] = (d * mean0 + (1 - d) * h.mean(axes),
-                                d * var0 + (1 - d) * h.var(axes))
+  for path, inputs in bn_inputs.items():
+    h = np.concatenate(inputs).astype(np.float64)
+    axes = tuple(range(h.ndim - 1))
+    mean0, var0 = np.zeros(h.shape[-1]), np.ones(h.shape[-1])
+    expected[path] = (decay * mean0 + (1 - decay) * h.mean(axes),
+                      decay * var0 + (1 - decay) * h.var(axes))
   return expected

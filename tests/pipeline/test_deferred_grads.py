@@ -13,6 +13,7 @@ from lingvo_pipe.core import weights
 from lingvo_pipe.pipeline import deferred_grads
 from lingvo_pipe.pipeline import gpipe
 
+from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 
@@ -49,15 +50,6 @@ def _CountProducts(monkeypatch):
   return calls
 
 
-def _CheckAgainstReference(pipe, x, m):
-  ref = models.SequentialReference(pipe, (x,), m, step=3)
-  _, loss, grads = models.TrainStep(pipe, step=3)(x)
-  np.testing.assert_allclose(loss.numpy(), ref['loss'].numpy(), rtol=1e-5)
-  assert len(grads) == len(ref['grads'])
-  for g, rg in zip(grads, ref['grads']):
-    np.testing.assert_allclose(g.numpy(), rg.numpy(), rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize('remat,remat_last,deferred', [
     (gpipe.RematPolicy.PER_CELL, False, 16), (gpipe.RematPolicy.PER_CELL, True, 16),
     (gpipe.RematPolicy.PER_LAYER, False, 0), (gpipe.RematPolicy.NONE, False, 0)])
@@ -72,7 +64,7 @@ def test_wide_ffn_defers_with_per_cell_remat_and_equals_reference(
   layers, shape = models.FfnLayers(keep_prob=0.8, dim=32)
   pipe = models.Pipeline(layers, shape, 2, 4, remat=remat,
                          remat_last_micro_batch=remat_last)
-  _CheckAgainstReference(pipe, tf.random.stateless_normal(shape, [3, 4]), 4)
+  transparency.CheckTransparent(pipe, (tf.random.stateless_normal(shape, [3, 4]),), 4)
   assert len(calls) == deferred
   assert all(n == 4 for n in calls)  # one factor pair per micro-batch
 
@@ -100,5 +92,5 @@ def test_weight_also_used_outside_the_projection(monkeypatch, remat_last):
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, splits=[2], num_micro_batches=4,
       remat_last_micro_batch=remat_last).Instantiate()
-  _CheckAgainstReference(pipe, tf.random.stateless_normal([8, 32], [5, 6]), 4)
+  transparency.CheckTransparent(pipe, (tf.random.stateless_normal([8, 32], [5, 6]),), 4)
   assert len(calls) == 4

@@ -5,20 +5,17 @@ TF_CPU_ALLOCATOR_USE_BFC=true (see DESIGN.md), so peaks are per process.
 """
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import pytest
+
+from tests import fresh_process
 
 
 def _PeakBytes(*flags: str, seq: int = 128) -> int:
-  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC='true', PYTHONPATH=str(ROOT))
-  out = subprocess.run(
-      [sys.executable, '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act',
-       '--batch=8', f'--seq={seq}', '--num_layers=6', '--steps=1', '--warmup=0', *flags],
-      cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+  out = fresh_process.RunPython(
+      '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act', '--batch=8',
+      f'--seq={seq}', '--num_layers=6', '--steps=1', '--warmup=0', *flags,
+      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
   result = json.loads(out.strip().splitlines()[-1])
   print(result)
   return result['bfc_peak_bytes']
@@ -30,6 +27,7 @@ def test_remat_peak_is_well_below_no_remat():
   assert per_cell < 0.5 * without, (per_cell, without)
 
 
+@pytest.mark.slow  # the largest (seq 256) of the runs; make test keeps the others
 def test_per_layer_remat_beats_keeping_everything_at_one_micro_batch():
   """Sequences of 256 so that activations outweigh the weights and their
   gradients (at 128: 72 of 141 MB with per-layer remat)."""

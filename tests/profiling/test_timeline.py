@@ -57,10 +57,36 @@ def test_cells_on_distinct_devices(intervals):
   assert len({(i.cell, i.device) for i in intervals}) == K
 
 
+def _BubbleBySweep(intervals):
+  """1 - busy time / (K * span), the busy time summed over the segments
+  between consecutive interval ends, each counted once per cell that runs
+  in it (overlapping intervals of a cell count once)."""
+  bounds = sorted({t for i in intervals for t in (i.start_us, i.end_us)})
+  busy = 0.0
+  for lo, hi in zip(bounds, bounds[1:]):
+    mid = (lo + hi) / 2
+    busy += (hi - lo) * len({i.cell for i in intervals if i.start_us < mid < i.end_us})
+  cells = len({i.cell for i in intervals})
+  return 1.0 - busy / (cells * (bounds[-1] - bounds[0]))
+
+
+def _Interval(cell, start, end):
+  return timeline.Interval(cell, f'CPU:{cell}', 0, Phase.FORWARD, start, end)
+
+
+def test_bubble_of_hand_made_intervals():
+  """Cell 0 busy over [0, 10) (two overlapping intervals), cell 1 over
+  [6, 10): 14 of 20 device-microseconds busy."""
+  intervals = [_Interval(0, 0, 10), _Interval(0, 5, 8), _Interval(1, 6, 10)]
+  assert timeline.BubbleFraction(intervals) == pytest.approx(0.3)
+  assert _BubbleBySweep(intervals) == pytest.approx(0.3)
+
+
 def test_bubble_and_summary(intervals):
-  assert 0.0 <= timeline.BubbleFraction(intervals) <= 1.0
+  bubble = timeline.BubbleFraction(intervals)
+  assert bubble == pytest.approx(_BubbleBySweep(intervals), abs=1e-9)
   summary = timeline.Summary(intervals)
-  assert summary.startswith('K=4 M=4 bubble: measured ')
+  assert summary.startswith(f'K=4 M=4 bubble: measured {bubble:.3f}, ')
   assert f'{schedule.BubbleFraction(K, M):.3f}' in summary
 
 
@@ -71,10 +97,11 @@ def test_chrome_trace_schema(intervals, tmp_path):
     events = json.load(f)['traceEvents']
   spans = [e for e in events if e['ph'] == 'X']
   assert len(spans) == len(intervals) == K * M * len(Phase)
-  for e in spans:
-    assert {'name', 'ts', 'dur', 'pid', 'tid'} <= set(e)
-    assert isinstance(e['ts'], (int, float)) and e['dur'] >= 0
-  assert {e['tid'] for e in spans} == set(range(K))
+  assert sorted((e['tid'], e['args']['micro_batch'], e['cat'], e['ts'], e['dur'])
+                for e in spans) == sorted(
+                    (i.cell, i.micro_batch, i.phase.value, i.start_us, i.end_us - i.start_us)
+                    for i in intervals)
+  assert all({'name', 'pid'} <= set(e) for e in spans)
   names = [e['args']['name'] for e in events if e['ph'] == 'M']
   assert len(names) == K and names[0].startswith('cell_0 (')
 

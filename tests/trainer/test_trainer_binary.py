@@ -2,24 +2,17 @@
 
 import glob
 import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import fresh_process
+
 TINY = 'lm.StdlibBytesTiny'
 
 
 def _Run(*flags, check=True):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  result = subprocess.run([sys.executable, '-m', 'trainer.trainer', *flags], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-  if check and result.returncode:
-    raise AssertionError(result.stdout + result.stderr)
-  return result
+  return fresh_process.RunPython('-m', 'trainer.trainer', *flags, check=check)
 
 
 def _Scalars(logdir, split):
@@ -96,6 +89,8 @@ def test_params_file_override_then_flag_override(tmp_path):
   assert 'trainer.max_steps : 7\n' in text and 'trainer.seed : 9\n' in text
 
 
+@pytest.mark.slow  # the inspect modes: test_inspect_params_and_model; every
+# experiment's params and plan: test_experiment_conformance.py, in process.
 def test_every_experiment_prints_params_and_plan():
   for model in ('lm.StdlibBytesGPipe', 'mt.ReverseBytesGPipe', 'image.AmoebaNetDCifarGPipe'):
     assert 'task.' in _Run(f'--model={model}', '--mode=inspect_params').stdout

@@ -1,21 +1,13 @@
 """The trainer binary's --mode=profile, run in a subprocess on the tiny LM."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import fresh_process
 
 
 def test_profile_mode_writes_the_timeline(tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  result = subprocess.run(
-      [sys.executable, '-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
-       '--mode=profile', '--logdir=' + str(tmp_path)],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stdout + result.stderr
+  result = fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
+                                   '--mode=profile', '--logdir=' + str(tmp_path))
   assert 'K=2 M=2 bubble: measured ' in result.stdout
   assert 'theoretical (K-1)/(M+K-1) = 0.333' in result.stdout
   with open(tmp_path / 'timeline.json') as f:

@@ -9,6 +9,9 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.tasks.image import amoebanet
 from lingvo_pipe.tasks.image import layers as image_layers
 
+from tests import transparency
+from tests.pipeline import pipeline_models as models
+
 SHAPE = [8, 16, 16, 3]
 
 
@@ -49,30 +52,12 @@ def test_bad_sizes():
     amoebanet.AmoebaNetDLayers(1, 10, 10)
 
 
-@pytest.mark.parametrize('k,m', [(1, 1), (3, 2), (5, 4)])
+# Eight layers (stem, 5 cells, head, cross entropy), 8 examples.
+@pytest.mark.parametrize('k,m', models.KMGrid(ks=(1, 3, 5), ms=(1, 2, 4)))
 def test_pipelined_amoebanet_is_transparent(k, m):
   net = _Classifier(k, m)
+  assert net.pipeline.num_cells == k
   images = tf.random.stateless_normal(SHAPE, [k, m])
   labels = tf.random.stateless_uniform([SHAPE[0]], [k, 1], 0, 10, tf.int32)
-  variables = list(net.trainable_variables)
-
-  @tf.function(autograph=False)
-  def Step():
-    with tf.GradientTape() as tape:
-      loss = net(images, labels).loss
-    return loss, tape.gradient(loss, variables)
-
-  loss, grads = Step()
-  with tf.GradientTape() as tape:
-    per_example = []
-    for xm, lm in zip(tf.split(images, m), tf.split(labels, m)):
-      h = (xm, lm)
-      for cell in net.pipeline.cells:
-        for layer in cell.sub:
-          h = containers.AsTuple(layer.FProp(layer.theta, *h))
-      per_example.append(h[0][:, -1])
-    ref_loss = tf.reduce_mean(tf.concat(per_example, 0))
-  np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), rtol=1e-5)
-  for g, rg in zip(grads, tape.gradient(ref_loss, variables)):
-    np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
-                               tf.convert_to_tensor(rg).numpy(), rtol=1e-5, atol=1e-6)
+  transparency.CheckTransparent(net.pipeline, (images, labels), m,
+                                loss_fn=models.ClassifierLoss)
