@@ -1,6 +1,6 @@
 """Checks the top-level Bazel BUILD file against the source tree and its imports.
 
-Bazel cannot run offline here (see DESIGN.md), so this test keeps BUILD honest:
+Bazel cannot run offline here (see docs/design.md), so this test keeps BUILD honest:
 every Python file has a target, every src exists, every dep is defined, deps
 cover the imports of the srcs, there are no dependency cycles, and programs
 and tests have the right rule.
