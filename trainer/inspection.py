@@ -1,12 +1,14 @@
 """What `--mode=inspect_params` and `--mode=inspect_model` print."""
 
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline import schedule
 
@@ -38,18 +40,27 @@ def _Around(n: int) -> List[int]:
   return sorted({max(n // 2, 1), n, 2 * n})
 
 
-def _PlannerTable(p: hyperparams.Params, budget_bytes: int,
-                  optimizer_slots: int) -> List[str]:
+def _NumMicroBatches(p: hyperparams.Params) -> Optional[int]:
+  """The pipeline's M for its input_shapes; None if micro_batch_size is set
+  and input_shapes is not."""
+  batch = None
+  if p.input_shapes is not None:
+    batch = micro_batch.Contract.FromParams(p).InputLayout(
+        layer_meta.Shapes(*p.input_shapes)).batch_size
+  return micro_batch.NumMicroBatches(p, batch)
+
+
+def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
+                  budget_bytes: int, optimizer_slots: int) -> List[str]:
   """The planner's candidates around the configured K and M, every remat."""
-  if not p.layers or p.input_shapes is None:
+  if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
-  batch = tf.TensorShape(p.input_shapes[0])[p.batch_dim]
-  num_micro = batch // p.micro_batch_size if p.micro_batch_size else p.num_micro_batches
   num_cells = len(gpipe.CellParams(p))
   rows = planner.Plan(p.layers, p.input_shapes, budget_bytes,
                       cells=_Around(num_cells), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
-                      cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch)
+                      cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
+                      broadcast_inputs=p.broadcast_inputs)
   best = planner.Recommend(rows)
   verdict = (f'K={best.num_cells} M={best.num_micro_batches} remat '
              f'{best.remat.name}' if best else 'none fits')
@@ -73,9 +84,11 @@ def ModelPlan(task_params: hyperparams.Params,
         len(cells), [cluster.Device.Parse(d) for d in p.devices] if p.devices else
         [cluster.Device(cluster.DeviceType.CPU, k) for k in range(len(cells))],
         check_exists=False)
-    lines.append(f'pipeline {path}: K={len(cells)} cells, M={p.num_micro_batches} '
-                 f'micro-batches, remat {p.remat.name}, bubble '
-                 f'{schedule.BubbleFraction(len(cells), max(p.num_micro_batches, 1)):.1%}')
+    num_micro = _NumMicroBatches(p)
+    bubble = ('unknown (micro_batch_size needs input_shapes)' if num_micro is None
+              else f'{schedule.BubbleFraction(len(cells), num_micro):.1%}')
+    lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
+                 f'micro-batches, remat {p.remat.name}, bubble {bubble}')
     lines.append(f'  {"cell":<5} {"device":<34} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
     shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])
@@ -89,7 +102,7 @@ def ModelPlan(task_params: hyperparams.Params,
       else:
         cost = f'{"?":>12} {"?":>8} {"?":>10}'
       lines.append(f'  {k:<5} {device.name:<34} {cost}  {", ".join(names)}')
-    lines.extend(_PlannerTable(p, budget_bytes, optimizer_slots))
+    lines.extend(_PlannerTable(p, num_micro, budget_bytes, optimizer_slots))
   if not lines:
     lines.append('The model has no PipeliningLayer: it runs on one device.')
   return '\n'.join(lines)

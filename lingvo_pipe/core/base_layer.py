@@ -115,7 +115,7 @@ class BaseLayer(tf.Module):
   def __init_subclass__(cls, **kwargs: Any) -> None:
     super().__init_subclass__(**kwargs)
     if '__init__' in cls.__dict__:
-      cls.__init__ = _FinishConstructionAfter(cls.__dict__['__init__'])
+      setattr(cls, '__init__', _FinishConstructionAfter(cls.__dict__['__init__']))
 
   # --- construction ------------------------------------------------------
 
@@ -156,8 +156,8 @@ class BaseLayer(tf.Module):
     """
     self._CheckConstructing('CreateChildren', name)
     self._CheckNewName(name)
-    items = list(params.items()) if isinstance(params, dict) else list(
-        enumerate(params))
+    items: List[Tuple[Any, hyperparams.Params]] = (
+        list(params.items()) if isinstance(params, dict) else list(enumerate(params)))
     if isinstance(params, dict):
       for key in params:
         _CheckThetaKey(key, f'{self.path}/{name}')
@@ -376,4 +376,4 @@ def _FinishConstructionAfter(init):
 
 # BaseLayer's own constructor ends construction too, for subclasses that
 # define no __init__ of their own.
-BaseLayer.__init__ = _FinishConstructionAfter(BaseLayer.__init__)
+setattr(BaseLayer, '__init__', _FinishConstructionAfter(BaseLayer.__init__))

@@ -94,9 +94,9 @@ def _Decode(node: ast.AST, text: str, make_params: MakeParams) -> Any:
     return [_Decode(e, text, make_params) for e in node.elts]
   if isinstance(node, ast.Tuple):
     return tuple(_Decode(e, text, make_params) for e in node.elts)
-  if isinstance(node, ast.Dict):
+  if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
     return {_Decode(k, text, make_params): _Decode(v, text, make_params)
-            for k, v in zip(node.keys, node.values)}
+            for k, v in zip(node.keys, node.values) if k is not None}
   if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
       not node.keywords):
     args = [_Decode(a, text, make_params) for a in node.args]

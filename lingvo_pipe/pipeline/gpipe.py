@@ -33,12 +33,16 @@ class PipeliningLayer(base_layer.BaseLayer):
   M micro-batches through them. Equal to the unpartitioned network in
   outputs, loss and gradients for every K and M.
 
-  Inputs (tensors or nested structures) with the batch dimension are split
-  into micro-batches, others reach every micro-batch. A cell's outputs are
-  the next cell's inputs. Of the last cell's outputs, those with the
-  micro-batch dimension are concatenated and the others summed over
-  micro-batches: a cell adds an auxiliary loss term or metric by adding it
-  to a scalar that the cells carry along.
+  The micro-batch contract is declared, never guessed from shapes
+  (micro_batch module docstring). Inputs (tensors or nested structures) are
+  split into micro-batches along batch_dim and must all carry the same batch
+  size there, except those named in p.broadcast_inputs, which reach every
+  micro-batch whole and get the sum of the micro-batches' gradients. A
+  cell's outputs are the next cell's inputs. The last cell's outputs are
+  concatenated along batch_dim and must carry the micro-batch size there,
+  except those named in p.summed_outputs, which are summed over
+  micro-batches: cells add auxiliary loss terms or metrics to a scalar they
+  carry along, and summed_outputs names it.
   """
 
   @classmethod
@@ -59,6 +63,18 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('micro_batch_size', 0, 'Alternative to num_micro_batches: '
              'examples per micro-batch (0: use num_micro_batches).')
     p.Define('batch_dim', 0, '0: batch-major inputs, 1: time-major.')
+    p.Define('broadcast_inputs', [], 'Inputs that every micro-batch gets '
+             'whole (e.g. a table or mask shared by all examples), by index '
+             "of FProp's positional inputs or by path inside one: '1.mask' "
+             'is key mask of NestedMap input 1 (micro_batch module '
+             'docstring). Their gradient is the sum over micro-batches. All '
+             'other inputs are split along batch_dim and must have the same '
+             'size there.')
+    p.Define('summed_outputs', [], "Outputs of the last cell (indices or "
+             "paths into its output tuple, as for broadcast_inputs) summed "
+             'over micro-batches: auxiliary loss terms, metrics. All other '
+             'outputs are concatenated along batch_dim and must have the '
+             'micro-batch size there.')
     p.Define('devices', None, 'Device names of the cells (cell k on '
              'devices[k]); None: the local devices (cluster.LocalDevices).')
     p.Define('remat', RematPolicy.PER_CELL, 'A RematPolicy.')
@@ -74,11 +90,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     super().__init__(params)
     p = self.params
     cell_params = CellParams(p)
-    self._CheckMicroBatching()
+    self._contract = micro_batch.Contract.FromParams(p)
+    self._CheckMicroBatching(cell_params)
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
     self.devices = cluster.PlaceCells(len(cell_params), devices)
-    if p.input_shapes is not None:
-      _CheckCellBoundaries(cell_params, p.input_shapes)
     self.num_cells = len(cell_params)
     runners = []
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
@@ -91,36 +106,23 @@ class PipeliningLayer(base_layer.BaseLayer):
   def cells(self) -> List[base_layer.BaseLayer]:
     return [getattr(self, f'cell_{k}') for k in range(self.num_cells)]
 
-  def _CheckMicroBatching(self) -> None:
+  def _CheckMicroBatching(self, cell_params: List[hyperparams.Params]) -> None:
+    """Checks M, and with input_shapes the cell boundaries and the
+    micro-batch contract, before any cell is built."""
     p = self.params
-    if p.micro_batch_size < 0 or (not p.micro_batch_size and
-                                  p.num_micro_batches < 1):
-      raise ValueError(
-          f'PipeliningLayer {p.name!r}: num_micro_batches '
-          f'({p.num_micro_batches}) must be >= 1, or micro_batch_size '
-          f'({p.micro_batch_size}) > 0.')
-    if p.batch_dim not in (0, 1):
-      raise ValueError(f'batch_dim must be 0 (batch-major) or 1 (time-major), '
-                       f'got {p.batch_dim}.')
-    if p.input_shapes is not None:
-      batch = tf.TensorShape(p.input_shapes[0])[p.batch_dim]
-      micro_batch.CheckDivides(batch, self._NumMicroBatches(batch))
-
-  def _NumMicroBatches(self, batch_size: int) -> int:
-    p = self.params
-    if not p.micro_batch_size:
-      return p.num_micro_batches
-    if batch_size % p.micro_batch_size:
-      raise ValueError(f'micro_batch_size ({p.micro_batch_size}) must divide '
-                       f'the batch size ({batch_size}).')
-    return batch_size // p.micro_batch_size
+    micro_batch.NumMicroBatches(p, None)
+    if p.input_shapes is None:
+      return
+    shapes = layer_meta.Shapes(*p.input_shapes)
+    micro_batch.NumMicroBatches(p, self._contract.InputLayout(shapes).batch_size)
+    out_shapes = _CheckCellBoundaries(cell_params, shapes)
+    self._contract.SummedOutputs(containers.AsTuple(out_shapes))
 
   # --- forward -------------------------------------------------------------
 
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
-    flat_inputs = tf.nest.flatten(inputs)
-    num_micro = self._NumMicroBatches(
-        micro_batch.BatchSize(flat_inputs, self.params.batch_dim))
+    num_micro = micro_batch.NumMicroBatches(
+        self.params, self._contract.InputLayout(inputs).batch_size)
     thetas = [self._ReadTheta(theta[f'cell_{k}'], k) for k in range(self.num_cells)]
     if base_layer.IsEvalMode():
       outputs = self._ForwardOnly(thetas, inputs, num_micro)
@@ -197,26 +199,23 @@ class PipeliningLayer(base_layer.BaseLayer):
     return p.remat == RematPolicy.NONE
 
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
-                   num_micro: int) -> List[Any]:
-    flat_inputs = tf.nest.flatten(inputs)
-    micro = [tuple(tf.nest.pack_sequence_as(inputs, row)) for row in
-             micro_batch.Split(flat_inputs, num_micro, self.params.batch_dim)]
+                   num_micro: int) -> tuple:
+    micro = self._contract.SplitInputs(inputs, num_micro)
     tasks, _ = self._RunForward(thetas, micro)
     return self._MergeOutputs(tasks, num_micro)
 
   def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
-                    num_micro: int) -> List[Any]:
+                    num_micro: int) -> tuple:
     last = self.num_cells - 1
-    rows = [tf.nest.flatten(tasks[(last, m)].outputs) for m in range(num_micro)]
+    micro_size = self._contract.InputLayout(tasks[(0, 0)].inputs).batch_size
     with tf.device(self.devices[last].name):
-      merged = micro_batch.Concat(rows, self.params.batch_dim)
-    return tf.nest.pack_sequence_as(tasks[(last, 0)].outputs, merged)
+      return self._contract.MergeOutputs(
+          [tasks[(last, m)].outputs for m in range(num_micro)], micro_size)
 
   # --- training --------------------------------------------------------------
 
   def _Train(self, thetas: List[NestedMap], inputs: tuple,
-             num_micro: int) -> List[Any]:
-    p = self.params
+             num_micro: int) -> tuple:
     flat_inputs = tf.nest.flatten(inputs)
     flat_thetas = [tf.nest.flatten(t) for t in thetas]
     sizes = [len(flat_inputs)] + [len(f) for f in flat_thetas]
@@ -230,8 +229,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       cell_thetas = [tf.nest.pack_sequence_as(thetas[k], args[offsets[k + 1]:offsets[k + 2]])
                      for k in range(self.num_cells)]
       with tf.device(self.devices[0].name):
-        rows = micro_batch.Split(ins, num_micro, p.batch_dim)
-      micro = [tuple(tf.nest.pack_sequence_as(inputs, r)) for r in rows]
+        micro = self._contract.SplitInputs(
+            tf.nest.pack_sequence_as(inputs, ins), num_micro)
       tasks, summed = self._RunForward(cell_thetas, micro, training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
       state['updates'] = summed
@@ -242,7 +241,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         del variables  # the pipeline reads no variables; theta is passed in
         dys = [tf.zeros_like(y) if dy is None else dy
                for y, dy in zip(flat_out, list(dys)[:len(flat_out)])]
-        d_inputs, d_thetas = self._RunBackward(tasks, ins, dys, num_micro)
+        d_inputs, d_thetas = self._RunBackward(tasks, dys, num_micro)
         return d_inputs + d_thetas
 
       return flat_out, Grad
@@ -251,7 +250,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     self._ApplyCellUpdates(state['updates'])
     return tf.nest.pack_sequence_as(state['structure'], list(flat_out))
 
-  def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'], inputs: List[Any],
+  def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'],
                    output_grads: List[Any], num_micro: int
                    ) -> Tuple[List[Any], List[Any]]:
     """Backward of every (cell, micro-batch) in schedule order, recomputing
@@ -264,7 +263,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     p = self.params
     last = self.num_cells - 1
     with tf.device(self.devices[last].name):
-      micro_dys = micro_batch.Split(output_grads, num_micro, p.batch_dim)
+      micro_dys = self._contract.SplitOutputGrads(
+          tasks[(last, 0)].outputs, output_grads, num_micro)
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
     started = [False] * self.num_cells
     input_grads: List[Any] = [None] * num_micro
@@ -294,7 +294,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       else:
         input_grads[m] = dx
     with tf.device(self.devices[0].name):
-      d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
+      d_inputs = self._contract.MergeInputGrads(tasks[(0, 0)].inputs, input_grads)
     for k, runner in enumerate(self._runners):
       if k not in theta_grads:
         theta_grads[k] = runner.SummedGradients(tasks[(k, 0)].theta)
@@ -371,12 +371,13 @@ def _PartitionLayers(p: hyperparams.Params) -> List[hyperparams.Params]:
           for k, sub in enumerate(partition.SplitLayers(layers, splits))]
 
 
-def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], input_shapes: Any) -> None:
-  """Chains FPropMeta through the cells so a shape clash fails at build."""
-  shapes = tuple(tf.TensorShape(s) for s in input_shapes)
+def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], shapes: tuple) -> Any:
+  """Chains FPropMeta through the cells so a shape clash fails at build;
+  returns the last cell's output shapes."""
   for k, cp in enumerate(cells):
     try:
       shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
     except (ValueError, TypeError) as e:
       raise ValueError(f'Cell {k} does not accept the output of cell {k - 1} '
                        f'(shapes {[str(s) for s in shapes]}): {e}') from e
+  return shapes

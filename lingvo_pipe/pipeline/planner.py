@@ -2,7 +2,9 @@
 
 The reasoning of the GPipe paper's Table 1, from the layers' FPropMeta
 (nothing is built). Cells are partitioned exactly as PipeliningLayer's
-automatic partition does (partition.LayerCosts, BalancedSplits, SplitLayers).
+automatic partition does (partition.LayerCosts, BalancedSplits, SplitLayers),
+and micro-batches are its inputs split as its micro-batch contract says
+(micro_batch.Contract: broadcast_inputs keep their shape).
 
 Memory model of cell k (on device k), batch N, M micro-batches, n = N/M.
 act(x) sums LayerMeta.act_bytes of the cell's layers at batch x; in(x) are
@@ -112,27 +114,6 @@ def _InBytes(p: hyperparams.Params, shapes: tuple) -> int:
   return layer_meta.Bytes(tf.nest.flatten(shapes), p.fprop_dtype or p.dtype)
 
 
-def _Batch(shapes: tuple, batch_dim: int) -> int:
-  first = shapes[0]
-  if first.rank is None or first.rank <= batch_dim or first[batch_dim] is None:
-    raise ValueError(f'The first input shape {first} has no static size at '
-                     f'batch_dim={batch_dim}; give concrete input_shapes.')
-  return int(first[batch_dim])
-
-
-def _MicroShapes(shapes: tuple, batch: int, num_micro: int,
-                 batch_dim: int) -> tuple:
-  """Shapes of one micro-batch: inputs with the batch size are split, the
-  others reach every micro-batch whole (as micro_batch.Split does)."""
-  def Micro(s: tf.TensorShape) -> tf.TensorShape:
-    if s.rank is None or s.rank <= batch_dim or s[batch_dim] != batch:
-      return s
-    dims = s.as_list()
-    dims[batch_dim] = batch // num_micro
-    return tf.TensorShape(dims)
-  return tuple(Micro(s) for s in shapes)
-
-
 def _CheckLayers(layers: Sequence[hyperparams.Params]) -> None:
   if not layers:
     raise ValueError('The planner needs at least one layer; layers is empty.')
@@ -151,7 +132,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              num_cells: int, num_micro_batches: int, remat: RematPolicy,
              optimizer_slots: int = 0, batch_dim: int = 0,
              cost: partition.CostKind = partition.CostKind.FLOPS,
-             remat_last_micro_batch: bool = False) -> PlanRow:
+             remat_last_micro_batch: bool = False,
+             broadcast_inputs: Sequence[Any] = ()) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -166,14 +148,16 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     cost: what the partition balances (PipeliningLayer's p.cost).
     remat_last_micro_batch: PipeliningLayer's p.remat_last_micro_batch: with
       PER_CELL, recompute each cell's last micro-batch too.
+    broadcast_inputs: PipeliningLayer's p.broadcast_inputs: inputs that
+      every micro-batch gets whole; all others are split.
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
 
   Raises:
     ValueError: if layers is empty, num_cells exceeds the number of layers,
-      M does not divide the batch, optimizer_slots < 0 or batch_dim is not
-      0 or 1.
+      M does not divide the batch, optimizer_slots < 0, batch_dim is not
+      0 or 1, or the inputs break the micro-batch contract (micro_batch).
     TypeError: if remat is not a RematPolicy.
   """
   if not isinstance(remat, RematPolicy):
@@ -182,13 +166,14 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   if optimizer_slots < 0 or batch_dim not in (0, 1):
     raise ValueError(f'optimizer_slots ({optimizer_slots}) must be >= 0 and '
                      f'batch_dim ({batch_dim}) 0 or 1.')
+  contract = micro_batch.Contract(batch_dim, broadcast_inputs)
   shapes = layer_meta.Shapes(*input_shapes)
-  batch = _Batch(shapes, batch_dim)
-  micro_batch.CheckDivides(batch, num_micro_batches)
+  micro_batch.CheckDivides(contract.InputLayout(shapes).batch_size,
+                           num_micro_batches)
   splits = partition.BalancedSplits(
       partition.LayerCosts(layers, input_shapes, cost), num_cells)
   full = _Chain(layers, shapes)
-  micro = _Chain(layers, _MicroShapes(shapes, batch, num_micro_batches, batch_dim))
+  micro = _Chain(layers, contract.SplitShapes(shapes, num_micro_batches))
   profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
   cells = partition.SplitLayers(profile, splits)
@@ -212,7 +197,8 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
          remats: Iterable[RematPolicy] = tuple(RematPolicy),
          optimizer_slots: int = 0, batch_dim: int = 0,
          cost: partition.CostKind = partition.CostKind.FLOPS,
-         remat_last_micro_batch: bool = False) -> List[PlanRow]:
+         remat_last_micro_batch: bool = False,
+         broadcast_inputs: Sequence[Any] = ()) -> List[PlanRow]:
   """Estimates every possible candidate and marks those within the budget.
 
   Combinations with more cells than layers or with M not dividing the batch
@@ -230,7 +216,8 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   if budget_bytes <= 0:
     raise ValueError(f'budget_bytes must be > 0, got {budget_bytes}.')
   _CheckLayers(layers)
-  batch = _Batch(layer_meta.Shapes(*input_shapes), batch_dim)
+  batch = micro_batch.Contract(batch_dim, broadcast_inputs).InputLayout(
+      layer_meta.Shapes(*input_shapes)).batch_size
   rows = []
   for k in cells:
     for m in micro_batches:
@@ -238,7 +225,7 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
         continue
       for remat in remats:
         row = Estimate(layers, input_shapes, k, m, remat, optimizer_slots,
-                       batch_dim, cost, remat_last_micro_batch)
+                       batch_dim, cost, remat_last_micro_batch, broadcast_inputs)
         row.fits = row.max_peak_bytes <= budget_bytes
         rows.append(row)
   return rows

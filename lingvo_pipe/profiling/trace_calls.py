@@ -189,6 +189,8 @@ def KeptScopeCalls(events: List[Event]) -> List[Call]:
     if kind is None:
       continue
     process = e.parent
+    if process is None:
+      continue
     step = (process.stats['id'], process.stats.get('iter_num', 0))
     key = (step, process.stats['_c'], kind)
     if key not in calls:
@@ -199,8 +201,8 @@ def KeptScopeCalls(events: List[Event]) -> List[Call]:
 
 def PartitionDevices(events: List[Event]) -> Dict[int, str]:
   """Device name per executor flow id, from the keys of the _Send it ran."""
-  devices = {}
+  devices: Dict[int, str] = {}
   for e in events:
     if e.name.endswith(':_Send') and 'key' in e.stats and e.parent is not None:
-      devices[e.parent.stats.get('_c')] = str(e.stats['key']).split(';')[0]
+      devices[e.parent.stats['_c']] = str(e.stats['key']).split(';')[0]
   return devices

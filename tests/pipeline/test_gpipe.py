@@ -164,7 +164,7 @@ def test_eval_mode_is_forward_only_and_deterministic():
 
 
 def test_tuple_inputs_split_and_broadcast():
-  """A batch entry is split, a non-batch entry reaches every micro-batch."""
+  """A batch entry is split, a broadcast entry reaches every micro-batch."""
 
   class AddBias(base_layer.BaseLayer):
 
@@ -179,14 +179,14 @@ def test_tuple_inputs_split_and_broadcast():
   layers = [AddBias.Params().Set(name=f'add{i}') for i in range(4)]
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=2, num_micro_batches=4,
-      input_shapes=[[8, 3], [3]]).Instantiate()
+      input_shapes=[[8, 3], [3]], broadcast_inputs=[1], summed_outputs=[1]).Instantiate()
   x, bias = tf.zeros([8, 3]), tf.constant([1., 2., 3.])
   with tf.GradientTape() as tape:
     tape.watch([x, bias])
     y, b = pipe(x, bias)
     loss = tf.reduce_sum(y)
   _AssertClose(y, np.tile([4., 8., 12.], [8, 1]))
-  _AssertClose(b, 4 * bias.numpy())  # unsplit outputs are summed
+  _AssertClose(b, 4 * bias.numpy())  # summed outputs
   dx, dbias = tape.gradient(loss, [x, bias])
   _AssertClose(dx, np.ones([8, 3]))
   _AssertClose(dbias, [32., 32., 32.])
@@ -215,7 +215,7 @@ def test_auxiliary_loss_terms_are_summed_over_micro_batches(m):
   layers = [_ScaleWithAuxLoss.Params().Set(name=f'aux{i}') for i in range(4)]
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=4, num_micro_batches=m,
-      input_shapes=[[8, 3], []]).Instantiate()
+      input_shapes=[[8, 3], []], broadcast_inputs=[1], summed_outputs=[1]).Instantiate()
   x = tf.random.stateless_normal([8, 3], [5, 6])
   variables = list(pipe.trainable_variables)
 

@@ -34,7 +34,7 @@ def _ReadLines(pattern: str) -> List[bytes]:
   files = sorted(glob.glob(pattern))
   if not files:
     raise FileNotFoundError(f'No file matches {pattern!r}.')
-  lines = []
+  lines: List[bytes] = []
   for path in files:
     with open(path, 'rb') as f:
       lines.extend(line.rstrip(b'\r\n') for line in f)
