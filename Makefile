@@ -9,8 +9,9 @@ PYTEST_WORKERS ?= 2
 
 # Benchmarks (see docs/benchmarks.md); pass flags with BENCH_FLAGS, e.g.
 #   make bench-docs BENCH_FLAGS='--sections=overhead --repeats=5'
-# bench-compare: ours vs Lingvo's GPipe (builds the peer venv at PEER_VENV if
-#   missing), raw JSON + table in docs/benchmarks/compare_lingvo.{json,md}.
+# bench-compare: ours vs Lingvo's GPipe (benchmarks/lingvo_peer/; its venv is
+#   built at PEER_VENV, default /tmp/lingvo-peer-venv, if missing), raw JSON +
+#   table in docs/benchmarks/compare_lingvo.{json,md}.
 # bench-docs: measures the paper-style tables and regenerates docs/benchmarks.md.
 # bench-render: regenerates docs/benchmarks.md from the JSON, measuring nothing.
 BENCH_FLAGS ?=

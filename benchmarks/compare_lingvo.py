@@ -1,9 +1,10 @@
 """Compares lingvo_pipe with Lingvo's GPipe (the peer harness) run by run.
 
-For every configuration it runs our pipeline_bench and the peer's bench.py
-in fresh processes, alternating (ours, peer, ours, peer, ...), then writes
-the raw JSON and a markdown table of medians and ours/peer ratios with the
-issue's targets marked PASS/FAIL. Installs the peer venv if it is missing.
+For every configuration it runs our pipeline_bench and the peer's
+benchmarks/lingvo_peer/bench.py in fresh processes, alternating (ours, peer,
+ours, peer, ...), then writes the raw JSON and a markdown table of medians
+and ours/peer ratios with the targets marked PASS/FAIL. Builds the peer venv
+with benchmarks/lingvo_peer/setup.sh if it is missing.
 
   python -m benchmarks.compare_lingvo                        # default configs
   python -m benchmarks.compare_lingvo --configs=ffn:4:4 --repeats=1 --steps=2
@@ -31,17 +32,18 @@ flags.DEFINE_integer('repeats', 3, 'Fresh-process runs per configuration and sid
 flags.DEFINE_integer('steps', 10, 'Measured steps per run.')
 flags.DEFINE_integer('warmup', 3, 'Warm-up steps per run.')
 flags.DEFINE_string('remat', 'per_cell', 'Our remat policy (Lingvo recomputes per cell).')
-flags.DEFINE_string('shared_dir', str(runner.REPO_ROOT.parent / 'shared'),
-                    'The shared/ directory holding peers/lingvo/.')
 flags.DEFINE_string('peer_venv', os.environ.get('PEER_VENV', '/tmp/lingvo-peer-venv'),
-                    'The peer venv; built with peers/lingvo/setup.sh if missing.')
+                    'The peer venv; built with benchmarks/lingvo_peer/setup.sh '
+                    'if it has no bin/python.')
 flags.DEFINE_bool('peer_check', False, 'Let the peer run its equivalence check '
                   '(off: --no_check, as in the peer\'s BFC table; saves time).')
 flags.DEFINE_float('timeout_s', 600, 'Per-run timeout.')
 flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'),
                     'Where compare_lingvo.json and compare_lingvo.md go.')
 
-# Workload arguments of the peer's run_all.sh (FFN and TR).
+PEER_MODULE = 'benchmarks.lingvo_peer.bench'
+SETUP_SCRIPT = runner.REPO_ROOT / 'benchmarks' / 'lingvo_peer' / 'setup.sh'
+# Workload arguments of the peer (benchmarks/lingvo_peer/run_all.sh's FFN, TR).
 PEER_WORKLOAD_ARGS = {
     'ffn': ('--workload', 'ffn', '--layers', '16', '--dim', '512', '--hidden', '2048',
             '--batch', '64'),
@@ -65,26 +67,32 @@ def ParseConfig(text: str) -> Tuple[str, int, int]:
   return parts[0], int(parts[1]), int(parts[2])
 
 
-def EnsurePeerVenv(shared: pathlib.Path, venv: pathlib.Path) -> None:
-  """Runs the peer's setup.sh when the venv has no python."""
+def EnsurePeerVenv(venv: pathlib.Path) -> None:
+  """Runs benchmarks/lingvo_peer/setup.sh when the venv has no python."""
   if (venv / 'bin' / 'python').exists():
     return
-  setup = shared / 'peers' / 'lingvo' / 'setup.sh'
-  if not setup.exists():
-    raise FileNotFoundError(f'{setup} not found; pass --shared_dir=<path to shared/>.')
   print(f'Building the peer venv at {venv} (about 1 min, 2.4 GB)...', flush=True)
-  subprocess.run(['bash', str(setup)], env=dict(os.environ, PEER_VENV=str(venv)),
+  subprocess.run(['bash', str(SETUP_SCRIPT)], env=dict(os.environ, PEER_VENV=str(venv)),
                  check=True)
 
 
-def Commands(shared: pathlib.Path, venv: pathlib.Path
+def Commands(venv: pathlib.Path, configs: List[str], baselines: List[str], steps: int,
+             warmup: int, remat: str, peer_check: bool
              ) -> Tuple[Dict[str, runner.Command], Dict[str, runner.Command], Dict[str, dict]]:
-  """(ours, peer, config) per configuration name, e.g. 'ffn_K4_M16'."""
-  peer_dir = str(shared / 'peers' / 'lingvo')
+  """(ours, peer, config) per configuration name, e.g. 'ffn_K4_M16'.
+
+  Args:
+    venv: the peer venv, whose python runs the peer.
+    configs: 'workload:K:M' of each pipelined configuration.
+    baselines: workloads whose unpipelined baselines are compared too.
+    steps, warmup: measured and warm-up steps per run.
+    remat: our remat policy.
+    peer_check: let the peer run its equivalence check.
+  """
   peer_py = str(venv / 'bin' / 'python')
-  specs = [(w, k, m, False) for w, k, m in map(ParseConfig, FLAGS.configs)]
-  specs += [(w, 1, 1, True) for w in FLAGS.baselines]
-  ours, peer, configs = {}, {}, {}
+  specs = [(w, k, m, False) for w, k, m in map(ParseConfig, configs)]
+  specs += [(w, 1, 1, True) for w in baselines]
+  ours, peer, named = {}, {}, {}
   for workload, k, m, baseline in specs:
     if workload not in PEER_WORKLOAD_ARGS:
       raise ValueError(f'baseline workload {workload!r} has no peer counterpart.')
@@ -95,18 +103,19 @@ def Commands(shared: pathlib.Path, venv: pathlib.Path
       args.append('--baseline')
       peer_args.append('--baseline')
     else:
-      args += [f'--k={k}', f'--m={m}', f'--remat={FLAGS.remat}']
+      args += [f'--k={k}', f'--m={m}', f'--remat={remat}']
       peer_args += ['--partitions', str(k), '--micro_batches', str(m)]
-      if not FLAGS.peer_check:
+      if not peer_check:
         peer_args.append('--no_check')
-    ours[name] = runner.OursCommand(args, FLAGS.steps, FLAGS.warmup)
+    ours[name] = runner.OursCommand(args, steps, warmup)
+    # From the repository root, so that `-m` finds the harness's package.
     peer[name] = runner.Command(
-        argv=(peer_py, 'bench.py', *peer_args, '--steps', str(FLAGS.steps),
-              '--warmup', str(FLAGS.warmup), '--json'),
-        cwd=peer_dir, env=(('TF_CPU_ALLOCATOR_USE_BFC', 'true'),))
-    configs[name] = dict(workload=workload, k=k, m=m, baseline=baseline,
-                         remat='none' if baseline else FLAGS.remat)
-  return ours, peer, configs
+        argv=(peer_py, '-m', PEER_MODULE, *peer_args, '--steps', str(steps),
+              '--warmup', str(warmup), '--json'),
+        cwd=str(runner.REPO_ROOT), env=(('TF_CPU_ALLOCATOR_USE_BFC', 'true'),))
+    named[name] = dict(workload=workload, k=k, m=m, baseline=baseline,
+                       remat='none' if baseline else remat)
+  return ours, peer, named
 
 
 def Section(commands: Dict[str, runner.Command], configs: Dict[str, dict],
@@ -117,10 +126,10 @@ def Section(commands: Dict[str, runner.Command], configs: Dict[str, dict],
 
 def main(argv):
   del argv
-  shared = pathlib.Path(FLAGS.shared_dir).resolve()
-  venv = pathlib.Path(FLAGS.peer_venv)
-  EnsurePeerVenv(shared, venv)
-  ours, peer, configs = Commands(shared, venv)
+  venv = pathlib.Path(FLAGS.peer_venv).absolute()
+  EnsurePeerVenv(venv)
+  ours, peer, configs = Commands(venv, FLAGS.configs, FLAGS.baselines, FLAGS.steps,
+                                 FLAGS.warmup, FLAGS.remat, FLAGS.peer_check)
   interleaved = {}
   for name in ours:
     interleaved[f'ours {name}'] = ours[name]

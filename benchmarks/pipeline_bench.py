@@ -23,7 +23,7 @@ import tensorflow as tf
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('workload', 'ffn', ['ffn', 'transformer', 'transformer-act'],
-                  'A workload of shared/BENCHMARKS.md.')
+                  'A workload of docs/workloads.md.')
 flags.DEFINE_integer('k', 1, 'Cells (devices).')
 flags.DEFINE_integer('m', 1, 'Micro-batches.')
 flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],

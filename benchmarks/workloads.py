@@ -1,4 +1,4 @@
-"""The standard benchmark workloads of shared/BENCHMARKS.md as layer params."""
+"""The standard benchmark workloads (docs/workloads.md) as layer params."""
 
 import dataclasses
 from typing import List

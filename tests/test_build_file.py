@@ -1,6 +1,6 @@
 """Checks the top-level Bazel BUILD file against the source tree and its imports.
 
-Bazel cannot run offline here (see DESIGN.md), so this test keeps BUILD honest:
+Bazel cannot run offline here (see docs/design.md), so this test keeps BUILD honest:
 every Python file has a target, every src exists, every dep is defined, deps
 cover the imports of the srcs, there are no dependency cycles, and programs
 and tests have the right rule.
@@ -20,6 +20,7 @@ RULES = ('py_library', 'py_test', 'py_binary')
 # Top-level import name -> Bazel label of the pip package that provides it.
 THIRD_PARTY = {
     'absl': '@pypi//absl_py',
+    'lingvo': '@pypi//lingvo',  # only benchmarks/lingvo_peer, run in its own venv
     'matplotlib': '@pypi//matplotlib',
     'numpy': '@pypi//numpy',
     'pytest': '@pypi//pytest',

@@ -3,7 +3,7 @@
 The optimizers are TensorFlow's tf.compat.v1.train ones: they create each
 slot variable next to its variable, so a pipeline cell's optimizer state
 lives on the cell's device (Keras 3's put every slot on device 0; see
-DESIGN.md).
+docs/design.md).
 """
 
 from typing import Callable

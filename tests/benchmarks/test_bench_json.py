@@ -1,4 +1,4 @@
-"""pipeline_bench prints the JSON object that shared/BENCHMARKS.md asks for;
+"""pipeline_bench prints the JSON object that docs/workloads.md describes;
 contention_bench prints its own.
 
 Each case runs the program in a fresh process on a tiny ffn; no timing is

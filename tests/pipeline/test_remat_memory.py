@@ -1,7 +1,7 @@
 """Rematerialization cuts the allocator peak of a training step.
 
 Each configuration runs the benchmark program in a fresh process with
-TF_CPU_ALLOCATOR_USE_BFC=true (see DESIGN.md), so peaks are per process.
+TF_CPU_ALLOCATOR_USE_BFC=true (see docs/design.md), so peaks are per process.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""A cell's optimizer state lives on the cell's device (DESIGN.md): the
+"""A cell's optimizer state lives on the cell's device (docs/design.md): the
 tf.compat.v1.train optimizers create each slot next to its variable."""
 
 import pytest
