@@ -21,7 +21,7 @@ def _Pipelines(params: Any, path: str = '') -> Iterator[tuple]:
     cls = params.cls if 'cls' in params else None
     if cls is gpipe.PipeliningLayer:
       yield path or '.', params
-    elif hasattr(cls, 'PipelineParams'):  # a stack that fills in its pipeline
+    elif cls is not None and hasattr(cls, 'PipelineParams'):  # a stack that fills in its pipeline
       yield f'{path}.pipeline', cls.PipelineParams(params)
       return
     for key, value in params.IterParams():
