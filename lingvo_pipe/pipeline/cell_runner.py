@@ -12,13 +12,13 @@ as the tape produces them: only one weight-sized sum per cell is alive, not
 the sum, the micro-batch's gradients and their new sum (ffn, K=1, M=4:
 385 MiB allocator peak with sums as tensors). With one micro-batch it hands
 them on, so that the optimizer updates a weight as soon as its gradient is
-ready, as without the pipeline. Under PER_CELL remat, projections with few
-rows per step defer theirs to one product per step (deferred_grads).
+ready, as without the pipeline. Projections with few rows per step may
+defer theirs to one product per step (deferred_grads).
 
-A forward may instead be recorded (no remat, or the micro-batch that
-PER_CELL keeps from recomputation): its activations are kept on a tape and
-its backward reads them; such a kept forward and its backward are built in
-the step's graph once per step, not called.
+How a micro-batch runs is the remat.Decision the pipeline passes: a recorded
+forward keeps its activations on a tape and its backward reads them; an
+inlined one (with its backward) is built in the step's graph, not called;
+otherwise the backward recomputes the cell, per layer or whole.
 """
 
 import contextlib
@@ -33,14 +33,8 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import deferred_grads
+from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import scope_names
-
-
-class RematPolicy(enum.Enum):
-  """What the backward pass recomputes instead of keeping."""
-  NONE = 'none'            # keep every activation of every micro-batch
-  PER_CELL = 'per_cell'    # keep cell inputs; recompute the cell in backward
-  PER_LAYER = 'per_layer'  # as PER_CELL, and inside it keep only layer inputs
 
 
 class GradSink(enum.Enum):
@@ -56,8 +50,9 @@ class GradSink(enum.Enum):
     return cls.ASSIGN if first else cls.ADD
 
 
-# A traced function's key: (GradSink or None for the forward, eval mode, M).
-_FunctionKey = Tuple[Optional[GradSink], bool, int]
+# A traced function's key: (GradSink or None for the forward, eval mode, M,
+# the remat.Decision of a backward).
+_FunctionKey = Tuple[Optional[GradSink], bool, int, Optional[remat.Decision]]
 
 
 @dataclasses.dataclass
@@ -97,13 +92,11 @@ def _Grads(tape: tf.GradientTape, ys: Sequence[Any], xs: Sequence[Any],
 class CellRunner:
   """Runs cell k: forward per micro-batch, backward with recomputation."""
 
-  def __init__(self, cell: base_layer.BaseLayer, device: str,
-               remat: RematPolicy) -> None:
+  def __init__(self, cell: base_layer.BaseLayer, device: str) -> None:
     """The traced functions are named '<cell name>_forward' /
     '_backward_<GradSink value>'."""
     self.cell = cell
     self.device = device
-    self.remat = remat
     self.theta_structure: Optional[NestedMap] = None
     self.in_structure: Any = None
     self.out_structure: Any = None
@@ -126,12 +119,13 @@ class CellRunner:
 
   # --- called by the pipeline ---------------------------------------------
 
-  def Forward(self, theta: NestedMap, inputs: tuple, record: bool = False,
-              inline: bool = False, num_micro: int = 1
+  def Forward(self, theta: NestedMap, inputs: tuple,
+              decision: Optional[remat.Decision] = None, num_micro: int = 1
               ) -> Tuple[tuple, NestedMap, Optional[Recording]]:
-    """Returns (cell outputs as a tuple, additive statistics, recording).
+    """Returns (cell outputs as a tuple, additive statistics, recording);
+    `decision` None for a forward that no backward follows (evaluation).
 
-    `inline` builds the cell's ops in the caller's graph instead of calling
+    An inlined forward builds the cell's ops in the caller's graph instead of calling
     the traced function, for a recorded forward that no recomputation of
     the same micro-batch follows (an inlined forward could otherwise be
     merged with its recomputation): its ops and their gradients are then
@@ -139,29 +133,30 @@ class CellRunner:
     Inlined ops go under the name scope scope_names.KEPT_FORWARD_SCOPE, by
     which the timeline finds them.
 
-    With `record` the Recording holds this forward's activations for
+    A recorded forward's Recording holds this forward's activations for
     BackwardFromTape; its tape watches only this cell's theta and inputs, so
     its gradient stops at the cell boundary. A recorded call reads them
     through tf.stop_gradient, hidden from the caller's tapes (which record
     the pipeline's ops too): with two tapes watching its inputs, TensorFlow
     prepares the call for higher-order gradients, and its backward then
     takes a zero-filled gradient of every intermediate (ffn, K=1, M=4, no
-    remat: 753 Fill ops, 1.2 GB of zeros per step). An inlined forward of
-    one of `num_micro` > 1 micro-batches under PER_CELL remat defers weight
-    gradients as the recomputing backward does. Without `record` the
-    recording is None.
+    remat: 753 Fill ops, 1.2 GB of zeros per step). Otherwise the recording
+    is None.
     """
     self.theta_structure = theta
     self.in_structure = inputs
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
     recording = None
+    inline = decision is not None and decision.inline
     with tf.device(self.device), _KeptScope(scope_names.KEPT_FORWARD_SCOPE, inline):
       forward = self._Forward if inline else self._Function(self._Key(None))
-      if record:
+      if decision is not None and decision.record:
         if not inline:
           flat_theta, flat_in = _StopGradient(flat_theta), _StopGradient(flat_in)
         weights, sources = _Differentiable(flat_theta, flat_in)
-        defer = inline and self._Defers(num_micro)
+        # Only inlined forwards defer (remat.Decision): the factors must be
+        # tensors of the step's graph.
+        defer = decision.defer
         with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
           with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(sources)
@@ -175,18 +170,18 @@ class CellRunner:
     return outputs, updates, recording
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
-               sink: GradSink, num_micro: int
+               sink: GradSink, decision: remat.Decision, num_micro: int
                ) -> Tuple[List[Any], Optional[List[Any]]]:
-    """Recomputes the cell and puts its theta gradients into `sink`; with
-    PER_CELL and several micro-batches, projections may defer their weight
-    gradients to SummedGradients (deferred_grads).
+    """Recomputes the cell as `decision` says and puts its theta gradients
+    into `sink`; projections may defer their weight gradients to
+    SummedGradients (deferred_grads).
 
     Returns the input gradients, flat (None for inputs that are not floating
     point), and with GradSink.RETURN the theta gradients, flat as theta
     (None where theta is not floating point), else None.
     """
     flat_theta, flat_in = tf.nest.flatten(theta), tf.nest.flatten(inputs)
-    key = self._Key(sink, num_micro)
+    key = self._Key(sink, num_micro, decision)
     with tf.device(self.device):
       grads = self._Function(key)(flat_theta, flat_in,
                                   tf.nest.flatten(output_grads))
@@ -237,22 +232,23 @@ class CellRunner:
     return grads
 
   @staticmethod
-  def _Key(sink: Optional[GradSink], num_micro: int = 1) -> _FunctionKey:
+  def _Key(sink: Optional[GradSink], num_micro: int = 1,
+           decision: Optional[remat.Decision] = None) -> _FunctionKey:
     """A traced function's key: the forward's (sink None) or a backward's,
     per eval mode (layers read it while tracing) and per M (which
     projections defer depends on it)."""
-    return sink, base_layer.IsEvalMode(), num_micro
+    return sink, base_layer.IsEvalMode(), num_micro, decision
 
   def _Function(self, key: _FunctionKey):
     """The traced forward or backward of `key`, named '<cell name>_forward'
     or '<cell name>_backward_<GradSink value>'."""
     if key not in self._functions:
-      sink, _, num_micro = key
+      sink, _, num_micro, decision = key
       if sink is None:
         method, kind = self._Forward, 'forward'
       else:
         method = functools.partial(self._Backward, key=key, sink=sink,
-                                   num_micro=num_micro)
+                                   decision=decision, num_micro=num_micro)
         kind = f'backward_{sink.value}'
       self._functions[key] = _NamedFunction(
           method, f'{self.cell.params.name}_{kind}')
@@ -270,19 +266,18 @@ class CellRunner:
       return tf.nest.flatten(outputs) + tf.nest.flatten(updates)
 
   def _Backward(self, flat_theta: List[Any], flat_in: List[Any],
-                flat_dys: List[Any], key: _FunctionKey,
-                sink: GradSink, num_micro: int) -> List[Any]:
+                flat_dys: List[Any], key: _FunctionKey, sink: GradSink,
+                decision: remat.Decision, num_micro: int) -> List[Any]:
     """Returns the gradients of the floating-point inputs, after those of
     the floating-point theta with GradSink.RETURN, then the deferred factor
     pairs (recorded in self._deferrals[key])."""
     with tf.device(self.device):
       weights, sources = _Differentiable(flat_theta, flat_in)
-      defer = self._Defers(num_micro)
-      with deferred_grads.Deferring(weights if defer else [], num_micro) as collector:
+      with deferred_grads.Deferring(weights if decision.defer else [], num_micro) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(sources)
           theta, inputs = self._Pack(flat_theta, flat_in)
-          if self.remat == RematPolicy.PER_LAYER:
+          if decision.per_layer:
             outputs = self._LayerwiseRematFProp(theta, inputs)
           else:
             outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
@@ -310,11 +305,6 @@ class CellRunner:
     return containers.UnwrapSingle(outputs)
 
   # --- helpers -------------------------------------------------------------
-
-  def _Defers(self, num_micro: int) -> bool:
-    """Whether projections defer their weight gradients (deferred_grads):
-    under PER_CELL remat with several micro-batches."""
-    return self.remat == RematPolicy.PER_CELL and num_micro > 1
 
   def _KeepFactors(self, pairs: Dict[int, List[Tuple[Any, Any]]],
                    deferred_only: Set[int], sink: GradSink) -> None:

@@ -21,11 +21,12 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
-from lingvo_pipe.pipeline.cell_runner import RematPolicy
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
+from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.remat import RematPolicy
 
 
 class PipeliningLayer(base_layer.BaseLayer):
@@ -84,7 +85,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name, p.remat))
+      runners.append(cell_runner.CellRunner(cell, device.name))
     self.__dict__['_runners'] = runners
 
   @property
@@ -171,14 +172,12 @@ class PipeliningLayer(base_layer.BaseLayer):
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
       with tf.device(self.devices[k].name):
         theta = self._MicroTheta(thetas[k], m)
-      kept = training and self._KeepsActivations(m, num_micro)
-      # Kept forwards are inlined, but not the M > 1 of RematPolicy.NONE:
-      # calls keep their device's order (inlined, all could start at once).
-      inline = kept and (num_micro == 1 or p.remat != RematPolicy.NONE)
+      decision = (remat.Decide(p.remat, p.remat_last_micro_batch, m, num_micro)
+                  if training else None)
       with _After(previous.get(k)):
-        out, upd, recording = self._runners[k].Forward(
-            theta, x, record=kept, inline=inline, num_micro=num_micro)
-      tasks[(k, m)] = _Task(x, theta, out, recording)
+        out, upd, recording = self._runners[k].Forward(theta, x, decision,
+                                                       num_micro)
+      tasks[(k, m)] = _Task(x, theta, out, decision, recording)
       updates[k].append(upd)
       previous[k] = tf.nest.flatten(out)
     summed = []
@@ -187,14 +186,6 @@ class PipeliningLayer(base_layer.BaseLayer):
         summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
                                             *updates[k]))
     return tasks, summed
-
-  def _KeepsActivations(self, m: int, num_micro: int) -> bool:
-    """Whether the training forward of micro-batch m keeps its activations
-    for the backward instead of leaving them to recomputation."""
-    p = self.params
-    if p.remat == RematPolicy.PER_CELL:
-      return m == num_micro - 1 and not p.remat_last_micro_batch
-    return p.remat == RematPolicy.NONE
 
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> List[Any]:
@@ -283,7 +274,7 @@ class PipeliningLayer(base_layer.BaseLayer):
               done.recording, done.theta, done.inputs, done.outputs, dy, sink)
         else:
           dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy,
-                                                  sink, num_micro)
+                                                  sink, done.decision, num_micro)
       if d_theta is not None:
         theta_grads[k] = d_theta
       previous[k] = [g for g in dx if g is not None]
@@ -317,6 +308,7 @@ class _Task:
   inputs: tuple
   theta: NestedMap
   outputs: tuple
+  decision: Optional[remat.Decision]  # None: not training
   recording: Optional[cell_runner.Recording]
 
 
