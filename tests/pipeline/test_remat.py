@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from lingvo_pipe.core import import_path
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.remat import RematPolicy
 
@@ -69,3 +70,9 @@ def test_bad_arguments():
     remat.Decide(NONE, False, 2, 2)
   with pytest.raises(ValueError, match='defers weight gradients only if inlined'):
     remat.Decision(record=T, inline=F, per_layer=F, defer=T)
+
+
+def test_params_text_path_from_before_the_move_resolves():
+  """Params text written while RematPolicy was in cell_runner still loads."""
+  for module in ('lingvo_pipe.core.cell_runner', 'lingvo_pipe.pipeline.cell_runner'):
+    assert import_path.ImportByPath(f'{module}.RematPolicy') is RematPolicy
