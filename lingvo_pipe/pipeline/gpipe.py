@@ -249,34 +249,30 @@ class PipeliningLayer(base_layer.BaseLayer):
     each cell on its device (or reading the recording of its forward).
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
-    of the flat thetas summed over micro-batches on each cell's device (in
-    the cells' accumulators and deferred products when M > 1).
+    of the flat thetas summed over micro-batches on each cell's device (by
+    the cells' CellGradients).
     """
     p = self.params
     last = self.num_cells - 1
     with tf.device(self.devices[last].name):
       micro_dys = micro_batch.Split(output_grads, num_micro, p.batch_dim)
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-    started = [False] * self.num_cells
+    for runner in self._runners:
+      runner.gradients.StartStep(num_micro)
     input_grads: List[Any] = [None] * num_micro
-    theta_grads: Dict[int, List[Any]] = {}
     previous: Dict[int, List[Any]] = {}
     for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
                                   schedule.Phase.BACKWARD):
       k, m = task.cell, task.micro_batch
       done = tasks[(k, m)]
       dy = tf.nest.pack_sequence_as(done.outputs, grads_out[(k, m)])
-      sink = cell_runner.GradSink.For(not started[k], num_micro)
-      started[k] = True
       with _After(previous.get(k)):
         if done.recording is not None:
-          dx, d_theta = self._runners[k].BackwardFromTape(
-              done.recording, done.theta, done.inputs, done.outputs, dy, sink)
+          dx = self._runners[k].BackwardFromTape(done.recording, done.inputs,
+                                                 done.outputs, dy)
         else:
-          dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy,
-                                                  sink, done.decision, num_micro)
-      if d_theta is not None:
-        theta_grads[k] = d_theta
+          dx = self._runners[k].Backward(done.theta, done.inputs, dy,
+                                         done.decision, num_micro)
       previous[k] = [g for g in dx if g is not None]
       if k > 0:
         grads_out[(k - 1, m)] = [
@@ -286,10 +282,8 @@ class PipeliningLayer(base_layer.BaseLayer):
         input_grads[m] = dx
     with tf.device(self.devices[0].name):
       d_inputs = micro_batch.MergeInputGradients(inputs, input_grads, p.batch_dim)
-    for k, runner in enumerate(self._runners):
-      if k not in theta_grads:
-        theta_grads[k] = runner.SummedGradients(tasks[(k, 0)].theta)
-    return d_inputs, [g for k in range(self.num_cells) for g in theta_grads[k]]
+    return d_inputs, [g for k, runner in enumerate(self._runners)
+                      for g in runner.gradients.StepGradients(tasks[(k, 0)].theta)]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
