@@ -207,40 +207,32 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _Train(self, thetas: List[NestedMap], inputs: tuple,
              num_micro: int) -> List[Any]:
+    """The training forward, with the backward as its custom gradient. The
+    forward applies the cells' statistics, so its outputs are all it
+    returns; tf.custom_gradient takes and returns nests."""
     p = self.params
-    flat_inputs = tf.nest.flatten(inputs)
-    flat_thetas = [tf.nest.flatten(t) for t in thetas]
-    sizes = [len(flat_inputs)] + [len(f) for f in flat_thetas]
-    state: Dict[str, Any] = {}
 
     @tf.custom_gradient
-    def Pipeline(*args):
-      args = list(args)
-      offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-      ins = args[offsets[0]:offsets[1]]
-      cell_thetas = [tf.nest.pack_sequence_as(thetas[k], args[offsets[k + 1]:offsets[k + 2]])
-                     for k in range(self.num_cells)]
+    def Pipeline(step_inputs, cell_thetas):
+      ins = tf.nest.flatten(step_inputs)
       with tf.device(self.devices[0].name):
         rows = micro_batch.Split(ins, num_micro, p.batch_dim)
-      micro = [tuple(tf.nest.pack_sequence_as(inputs, r)) for r in rows]
+      micro = [tuple(tf.nest.pack_sequence_as(step_inputs, r)) for r in rows]
       tasks, summed = self._RunForward(cell_thetas, micro, training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
-      state['updates'] = summed
+      self._ApplyCellUpdates(summed)
       flat_out = tf.nest.flatten(outputs)
-      state['structure'] = outputs
 
       def Grad(*dys, variables=None):
         del variables  # the pipeline reads no variables; theta is passed in
         dys = [tf.zeros_like(y) if dy is None else dy
-               for y, dy in zip(flat_out, list(dys)[:len(flat_out)])]
+               for y, dy in zip(flat_out, dys)]
         d_inputs, d_thetas = self._RunBackward(tasks, ins, dys, num_micro)
         return d_inputs + d_thetas
 
-      return flat_out, Grad
+      return outputs, Grad
 
-    flat_out = Pipeline(*flat_inputs, *[x for f in flat_thetas for x in f])
-    self._ApplyCellUpdates(state['updates'])
-    return tf.nest.pack_sequence_as(state['structure'], list(flat_out))
+    return Pipeline(inputs, thetas)
 
   def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'], inputs: List[Any],
                    output_grads: List[Any], num_micro: int
