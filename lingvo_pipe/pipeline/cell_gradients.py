@@ -35,6 +35,7 @@ class GradSink(enum.Enum):
 
 
 def IsDifferentiable(x: Any) -> bool:
+  """Whether `x` has a gradient: it is floating point."""
   return tf.as_dtype(x.dtype).is_floating
 
 

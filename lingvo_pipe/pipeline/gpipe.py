@@ -4,10 +4,12 @@ Training runs one `tf.custom_gradient` over the whole pipeline. Its forward
 streams the micro-batches through the cells in schedule order (fill) and
 keeps only each cell's inputs; its gradient function streams them back in
 reverse (drain), recomputing each cell on its own device, and sums each
-cell's weight gradients over the micro-batches on that device. Under
-per-cell remat each cell's last micro-batch keeps its activations instead
-of being recomputed, unless asked (torchgpipe's 'except_last'). Batch-norm
-statistics are summed over micro-batches and applied once per step.
+cell's weight gradients over the micro-batches on that device (the cell's
+CellGradients). What each micro-batch keeps or recomputes is remat.Decide's:
+under per-cell remat each cell's last micro-batch keeps its activations
+instead of being recomputed, unless asked (torchgpipe's 'except_last').
+Batch-norm statistics are summed over micro-batches and applied once per
+step.
 """
 
 import dataclasses

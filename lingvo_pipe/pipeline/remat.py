@@ -81,4 +81,3 @@ def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
       inline=record and (num_micro_batches == 1 or policy != RematPolicy.NONE),
       per_layer=policy == RematPolicy.PER_LAYER,
       defer=policy == RematPolicy.PER_CELL and num_micro_batches > 1)
-
