@@ -13,6 +13,9 @@ MOVED_MODULES: Dict[str, Tuple[str, ...]] = {
     'lingvo_pipe.core.gpipe': ('lingvo_pipe.pipeline.gpipe',),
     'lingvo_pipe.core.cell_runner': ('lingvo_pipe.pipeline.cell_runner',
                                      'lingvo_pipe.pipeline.remat'),
+    # RematPolicy moved from cell_runner to remat after the layout.
+    'lingvo_pipe.pipeline.cell_runner': ('lingvo_pipe.pipeline.cell_runner',
+                                         'lingvo_pipe.pipeline.remat'),
     'lingvo_pipe.core.cluster': ('lingvo_pipe.pipeline.cluster',),
     'lingvo_pipe.core.deferred_grads': ('lingvo_pipe.pipeline.deferred_grads',),
     'lingvo_pipe.core.micro_batch': ('lingvo_pipe.pipeline.micro_batch',),

@@ -4,10 +4,12 @@ Training runs one `tf.custom_gradient` over the whole pipeline. Its forward
 streams the micro-batches through the cells in schedule order (fill) and
 keeps only each cell's inputs; its gradient function streams them back in
 reverse (drain), recomputing each cell on its own device, and sums each
-cell's weight gradients over the micro-batches on that device. Under
-per-cell remat each cell's last micro-batch keeps its activations instead
-of being recomputed, unless asked (torchgpipe's 'except_last'). Batch-norm
-statistics are summed over micro-batches and applied once per step.
+cell's weight gradients over the micro-batches on that device (the cell's
+CellGradients). What each micro-batch keeps or recomputes is remat.Decide's:
+under per-cell remat each cell's last micro-batch keeps its activations
+instead of being recomputed, unless asked (torchgpipe's 'except_last').
+Batch-norm statistics are summed over micro-batches and applied once per
+step.
 """
 
 import dataclasses
@@ -21,11 +23,12 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
-from lingvo_pipe.pipeline.cell_runner import RematPolicy
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
+from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.remat import RematPolicy
 
 
 class PipeliningLayer(base_layer.BaseLayer):
@@ -99,7 +102,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name, p.remat))
+      runners.append(cell_runner.CellRunner(cell, device.name))
     self.__dict__['_runners'] = runners
 
   @property
@@ -173,14 +176,12 @@ class PipeliningLayer(base_layer.BaseLayer):
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
       with tf.device(self.devices[k].name):
         theta = self._MicroTheta(thetas[k], m)
-      kept = training and self._KeepsActivations(m, num_micro)
-      # Kept forwards are inlined, but not the M > 1 of RematPolicy.NONE:
-      # calls keep their device's order (inlined, all could start at once).
-      inline = kept and (num_micro == 1 or p.remat != RematPolicy.NONE)
+      decision = (remat.Decide(p.remat, p.remat_last_micro_batch, m, num_micro)
+                  if training else None)
       with _After(previous.get(k)):
-        out, upd, recording = self._runners[k].Forward(
-            theta, x, record=kept, inline=inline, num_micro=num_micro)
-      tasks[(k, m)] = _Task(x, theta, out, recording)
+        out, upd, recording = self._runners[k].Forward(theta, x, decision,
+                                                       num_micro)
+      tasks[(k, m)] = _Task(x, theta, out, decision, recording)
       updates[k].append(upd)
       previous[k] = tf.nest.flatten(out)
     summed = []
@@ -189,14 +190,6 @@ class PipeliningLayer(base_layer.BaseLayer):
         summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
                                             *updates[k]))
     return tasks, summed
-
-  def _KeepsActivations(self, m: int, num_micro: int) -> bool:
-    """Whether the training forward of micro-batch m keeps its activations
-    for the backward instead of leaving them to recomputation."""
-    p = self.params
-    if p.remat == RematPolicy.PER_CELL:
-      return m == num_micro - 1 and not p.remat_last_micro_batch
-    return p.remat == RematPolicy.NONE
 
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> tuple:
@@ -216,39 +209,29 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _Train(self, thetas: List[NestedMap], inputs: tuple,
              num_micro: int) -> tuple:
-    flat_inputs = tf.nest.flatten(inputs)
-    flat_thetas = [tf.nest.flatten(t) for t in thetas]
-    sizes = [len(flat_inputs)] + [len(f) for f in flat_thetas]
-    state: Dict[str, Any] = {}
+    """The training forward, with the backward as its custom gradient. The
+    forward applies the cells' statistics, so its outputs are all it
+    returns; tf.custom_gradient takes and returns nests."""
 
     @tf.custom_gradient
-    def Pipeline(*args):
-      args = list(args)
-      offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-      ins = args[offsets[0]:offsets[1]]
-      cell_thetas = [tf.nest.pack_sequence_as(thetas[k], args[offsets[k + 1]:offsets[k + 2]])
-                     for k in range(self.num_cells)]
+    def Pipeline(step_inputs, cell_thetas):
       with tf.device(self.devices[0].name):
-        micro = self._contract.SplitInputs(
-            tf.nest.pack_sequence_as(inputs, ins), num_micro)
+        micro = self._contract.SplitInputs(step_inputs, num_micro)
       tasks, summed = self._RunForward(cell_thetas, micro, training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
-      state['updates'] = summed
+      self._ApplyCellUpdates(summed)
       flat_out = tf.nest.flatten(outputs)
-      state['structure'] = outputs
 
       def Grad(*dys, variables=None):
         del variables  # the pipeline reads no variables; theta is passed in
         dys = [tf.zeros_like(y) if dy is None else dy
-               for y, dy in zip(flat_out, list(dys)[:len(flat_out)])]
+               for y, dy in zip(flat_out, dys)]
         d_inputs, d_thetas = self._RunBackward(tasks, dys, num_micro)
         return d_inputs + d_thetas
 
-      return flat_out, Grad
+      return outputs, Grad
 
-    flat_out = Pipeline(*flat_inputs, *[x for f in flat_thetas for x in f])
-    self._ApplyCellUpdates(state['updates'])
-    return tf.nest.pack_sequence_as(state['structure'], list(flat_out))
+    return Pipeline(inputs, thetas)
 
   def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'],
                    output_grads: List[Any], num_micro: int
@@ -257,8 +240,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     each cell on its device (or reading the recording of its forward).
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
-    of the flat thetas summed over micro-batches on each cell's device (in
-    the cells' accumulators and deferred products when M > 1).
+    of the flat thetas summed over micro-batches on each cell's device (by
+    the cells' CellGradients).
     """
     p = self.params
     last = self.num_cells - 1
@@ -266,26 +249,22 @@ class PipeliningLayer(base_layer.BaseLayer):
       micro_dys = self._contract.SplitOutputGrads(
           tasks[(last, 0)].outputs, output_grads, num_micro)
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-    started = [False] * self.num_cells
+    for runner in self._runners:
+      runner.gradients.StartStep(num_micro)
     input_grads: List[Any] = [None] * num_micro
-    theta_grads: Dict[int, List[Any]] = {}
     previous: Dict[int, List[Any]] = {}
     for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
                                   schedule.Phase.BACKWARD):
       k, m = task.cell, task.micro_batch
       done = tasks[(k, m)]
       dy = tf.nest.pack_sequence_as(done.outputs, grads_out[(k, m)])
-      sink = cell_runner.GradSink.For(not started[k], num_micro)
-      started[k] = True
       with _After(previous.get(k)):
         if done.recording is not None:
-          dx, d_theta = self._runners[k].BackwardFromTape(
-              done.recording, done.theta, done.inputs, done.outputs, dy, sink)
+          dx = self._runners[k].BackwardFromTape(done.recording, done.inputs,
+                                                 done.outputs, dy)
         else:
-          dx, d_theta = self._runners[k].Backward(done.theta, done.inputs, dy,
-                                                  sink, num_micro)
-      if d_theta is not None:
-        theta_grads[k] = d_theta
+          dx = self._runners[k].Backward(done.theta, done.inputs, dy,
+                                         done.decision, num_micro)
       previous[k] = [g for g in dx if g is not None]
       if k > 0:
         grads_out[(k - 1, m)] = [
@@ -295,10 +274,8 @@ class PipeliningLayer(base_layer.BaseLayer):
         input_grads[m] = dx
     with tf.device(self.devices[0].name):
       d_inputs = self._contract.MergeInputGrads(tasks[(0, 0)].inputs, input_grads)
-    for k, runner in enumerate(self._runners):
-      if k not in theta_grads:
-        theta_grads[k] = runner.SummedGradients(tasks[(k, 0)].theta)
-    return d_inputs, [g for k in range(self.num_cells) for g in theta_grads[k]]
+    return d_inputs, [g for k, runner in enumerate(self._runners)
+                      for g in runner.gradients.StepGradients(tasks[(k, 0)].theta)]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
@@ -317,6 +294,7 @@ class _Task:
   inputs: tuple
   theta: NestedMap
   outputs: tuple
+  decision: Optional[remat.Decision]  # None: not training
   recording: Optional[cell_runner.Recording]
 
 

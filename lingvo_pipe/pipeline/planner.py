@@ -36,8 +36,9 @@ Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
 and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
 layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1),
-less one recomputation under PER_CELL when each cell keeps its last
-micro-batch (PipeliningLayer's remat_last_micro_batch=False, the default).
+less the recomputation of each micro-batch whose activations remat.Decide
+records (under PER_CELL each cell's last one, unless
+remat_last_micro_batch).
 """
 
 import dataclasses
@@ -47,10 +48,11 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.pipeline.cell_runner import RematPolicy
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
+from lingvo_pipe.pipeline import remat as remat_lib
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.remat import RematPolicy
 
 _RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
               RematPolicy.PER_LAYER: 2}
@@ -183,12 +185,15 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   peak = [p + s + a for p, s, a in zip(params, state, act)]
   slowest = max(sum(l.micro.flops for l in c) for c in cells)
   ticks = num_micro_batches + num_cells - 1
-  kept_last = int(remat == RematPolicy.PER_CELL and not remat_last_micro_batch)
+  recorded = sum(remat_lib.Decide(remat, remat_last_micro_batch, m,
+                                  num_micro_batches).record
+                 for m in range(num_micro_batches))
+  recompute = _RECOMPUTE[remat]
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
       sum(params) + sum(state) + max(act),
       schedule.BubbleFraction(num_cells, num_micro_batches),
-      float(slowest * ((3 + _RECOMPUTE[remat]) * ticks - kept_last)))
+      float(slowest * ((3 + recompute) * ticks - recompute * recorded)))
 
 
 def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],

@@ -4,7 +4,7 @@ recommendation, errors, and that it partitions like PipeliningLayer."""
 import pytest
 
 from lingvo_pipe.core.layers import linear
-from lingvo_pipe.pipeline.cell_runner import RematPolicy
+from lingvo_pipe.pipeline.remat import RematPolicy
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
 

@@ -1,0 +1,145 @@
+"""One cell's theta gradients over a training step: sink, sums, deferrals.
+
+A step runs each cell's backward once per micro-batch. With one
+micro-batch the backward returns the theta gradients (GradSink.RETURN), so
+that the optimizer updates a weight as soon as its gradient is ready, as
+without the pipeline. With several, each backward adds its weight gradients
+into accumulator variables on the cell's device, in place, layer by layer
+as the tape produces them (ASSIGN for the step's first backward, ADD after):
+only one weight-sized sum per cell is alive, not the sum, the micro-batch's
+gradients and their new sum. Projections that defer their weight gradients
+(deferred_grads) hand over factor pairs instead, and the step's gradient of
+such a weight is its accumulator (if the tape gave it a part too) plus one
+product of the pairs of all micro-batches.
+
+Per step: StartStep; per backward NextSink (the backward is traced per
+sink), Put inside the backward, Keep with the BackwardResult after it; then
+StepGradients.
+"""
+
+import enum
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import deferred_grads
+
+
+class GradSink(enum.Enum):
+  """Where a backward puts the cell's theta gradients."""
+  RETURN = 'return'  # the step's only micro-batch: returns them
+  ASSIGN = 'assign'  # the first of several: replaces the accumulators
+  ADD = 'add'        # a later one: adds to the accumulators
+
+
+def IsDifferentiable(x: Any) -> bool:
+  """Whether `x` has a gradient: it is floating point."""
+  return tf.as_dtype(x.dtype).is_floating
+
+
+FactorPairs = Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]
+
+
+class BackwardResult(NamedTuple):
+  """What one backward of a cell produces; weights are the cell's floating
+  theta, by index.
+
+  A nest, so that a traced backward returns it: the call gives it back with
+  the tensors replaced by the call's outputs and the rest of the structure
+  as traced. Which weights deferred is structure (dict keys), not tensors.
+
+  Attributes:
+    weight_grads: with GradSink.RETURN the gradient of each weight (None if
+      all of it is deferred); else [] (they are in the accumulators).
+    input_grads: the gradient of each floating-point cell input.
+    factors: the deferred factor pairs of each deferring weight.
+    deferred_only: keys: the weights whose gradient is all deferred (the
+      tape gave them none); values None.
+  """
+  weight_grads: List[Optional[tf.Tensor]]
+  input_grads: List[tf.Tensor]
+  factors: FactorPairs
+  deferred_only: Dict[int, None]
+
+
+class CellGradients:
+  """The theta gradients of one cell: its sinks, accumulators and the
+  deferred factor pairs of the current step."""
+
+  def __init__(self, cell: base_layer.BaseLayer, device: str) -> None:
+    self._device = device
+    # Shapeless and empty until first assigned: the sum of a gradient that
+    # is returned (M=1) or deferred never takes memory.
+    with tf.device(device):
+      self._accumulators = [
+          tf.Variable(tf.zeros([0], v.dtype), shape=tf.TensorShape(None),
+                      trainable=False, name=f'{cell.params.name}_grad_sum_{i}')
+          for i, v in enumerate(tf.nest.flatten(cell.theta))
+          if IsDifferentiable(v)]
+    self.StartStep(1)
+
+  def StartStep(self, num_micro: int) -> None:
+    """Forgets the previous step; `num_micro` backwards follow."""
+    self._num_micro = num_micro
+    self._backwards = 0
+    self._returned: List[Optional[tf.Tensor]] = []
+    self._factors: FactorPairs = {}
+    self._deferred_only: Set[int] = set()
+
+  def NextSink(self) -> GradSink:
+    """The sink of the step's next backward."""
+    if self._num_micro == 1:
+      return GradSink.RETURN
+    return GradSink.ADD if self._backwards else GradSink.ASSIGN
+
+  def Put(self, weight_grads: Sequence[Optional[tf.Tensor]],
+          sink: GradSink) -> List[Optional[tf.Tensor]]:
+    """Inside a backward: puts the weights' gradients (None: all deferred)
+    into `sink`. Returns BackwardResult.weight_grads."""
+    if sink == GradSink.RETURN:
+      return list(weight_grads)
+    for acc, g in zip(self._accumulators, weight_grads):
+      if g is None:
+        continue
+      if sink == GradSink.ASSIGN:
+        acc.assign(g)
+      else:
+        acc.assign_add(g)
+    return []
+
+  def Keep(self, sink: GradSink, result: BackwardResult) -> None:
+    """After a backward into `sink`: keeps what StepGradients sums. The
+    backwards of one step defer the same weights."""
+    if sink == GradSink.RETURN:
+      self._returned = list(result.weight_grads)
+    self._deferred_only = set(result.deferred_only)
+    for i, pairs in result.factors.items():
+      self._factors.setdefault(i, []).extend(pairs)
+    self._backwards += 1
+
+  def StepGradients(self, theta: NestedMap) -> List[Optional[tf.Tensor]]:
+    """The theta gradients summed over this step's backwards (returned or
+    accumulated, plus the deferred products), flat as theta; None where
+    theta is not floating point. Call after the step's last backward: reads
+    of the accumulators are ordered after it."""
+    weights = iter(range(len(self._accumulators)))
+    grads = []
+    with tf.device(self._device):
+      for x in tf.nest.flatten(theta):
+        if not IsDifferentiable(x):
+          grads.append(None)
+          continue
+        i = next(weights)
+        parts = [] if i in self._deferred_only else [self._Taped(i, x)]
+        if i in self._factors:
+          parts.append(deferred_grads.Product(self._factors[i]))
+        grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
+    return grads
+
+  def _Taped(self, i: int, x: tf.Tensor) -> tf.Tensor:
+    """Weight i's gradient from the tapes: returned, or accumulated."""
+    if self._num_micro == 1:
+      return self._returned[i]
+    return tf.ensure_shape(self._accumulators[i].read_value(), x.shape)

@@ -1,0 +1,83 @@
+"""What rematerialization means: one table of per-micro-batch decisions.
+
+The pipeline (gpipe), the cell runner and the planner all read `Decide`,
+so that what a policy keeps, recomputes, inlines and defers is stated once:
+
+  policy     micro-batch m of M           record inline per_layer defer
+  NONE       every m, M == 1              yes    yes    no        no
+  NONE       every m, M > 1               yes    no     no        no
+  PER_CELL   m < M - 1, or remat_last     no     no     no        M > 1
+  PER_CELL   m == M - 1, not remat_last   yes    yes    no        M > 1
+  PER_LAYER  every m                      no     no     yes       no
+
+A recorded forward keeps its activations on a tape for its backward;
+the others keep only the cell's inputs and their backward recomputes the
+cell. Under PER_CELL the last micro-batch's backward is the cell's first,
+so keeping it costs no device's peak (torchgpipe's except_last). Recorded
+forwards are inlined into the step's graph, optimized with the rest of the
+step as in the unpipelined network, except the M > 1 of NONE: calls keep
+their device's order, inlined forwards could all start at once.
+"""
+
+import dataclasses
+import enum
+
+
+class RematPolicy(enum.Enum):
+  """What the backward pass recomputes instead of keeping."""
+  NONE = 'none'            # keep every activation of every micro-batch
+  PER_CELL = 'per_cell'    # keep cell inputs; recompute the cell in backward
+  PER_LAYER = 'per_layer'  # as PER_CELL, and inside it keep only layer inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """How the training step runs one cell's forward and backward of one
+  micro-batch.
+
+  Attributes:
+    record: keep the forward's activations on a tape for the backward
+      (else the backward recomputes the forward from the cell's inputs).
+    inline: build the forward's ops in the step's graph (else call the
+      cell's traced forward function).
+    per_layer: the recomputation keeps only each sublayer's inputs
+      (tf.recompute_grad per sublayer).
+    defer: projections may defer their weight gradients to one product
+      per step (deferred_grads).
+  """
+  record: bool
+  inline: bool
+  per_layer: bool
+  defer: bool
+
+  def __post_init__(self) -> None:
+    if self.defer and self.record and not self.inline:
+      raise ValueError(f'{self}: a recorded forward defers weight gradients '
+                       'only if inlined (the factors must be tensors of the '
+                       "step's graph, not of a traced function's).")
+
+
+def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
+           micro_batch: int, num_micro_batches: int) -> Decision:
+  """The Decision for micro-batch `micro_batch` of `num_micro_batches`
+  under `policy` (PipeliningLayer's p.remat, p.remat_last_micro_batch).
+
+  Raises:
+    TypeError: if policy is not a RematPolicy.
+    ValueError: unless 0 <= micro_batch < num_micro_batches.
+  """
+  if not isinstance(policy, RematPolicy):
+    raise TypeError(f'policy must be a RematPolicy, got {policy!r}.')
+  if not 0 <= micro_batch < num_micro_batches:
+    raise ValueError(f'micro_batch ({micro_batch}) must be in [0, '
+                     f'num_micro_batches) = [0, {num_micro_batches}).')
+  if policy == RematPolicy.PER_CELL:
+    record = (micro_batch == num_micro_batches - 1 and
+              not remat_last_micro_batch)
+  else:
+    record = policy == RematPolicy.NONE
+  return Decision(
+      record=record,
+      inline=record and (num_micro_batches == 1 or policy != RematPolicy.NONE),
+      per_layer=policy == RematPolicy.PER_LAYER,
+      defer=policy == RematPolicy.PER_CELL and num_micro_batches > 1)
