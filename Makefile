@@ -30,6 +30,7 @@ demo: $(STAMP)
 # test leaves out the tests marked slow (pytest.ini): the rest of the (K, M)
 # grids whose diagonals it runs; test-slow runs only those, test-all both.
 test: $(STAMP)
+	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
 
 test-slow: $(STAMP)

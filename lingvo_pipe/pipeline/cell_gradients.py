@@ -125,7 +125,7 @@ class CellGradients:
     theta is not floating point. Call after the step's last backward: reads
     of the accumulators are ordered after it."""
     weights = iter(range(len(self._accumulators)))
-    grads = []
+    grads: List[Optional[tf.Tensor]] = []
     with tf.device(self._device):
       for x in tf.nest.flatten(theta):
         if not IsDifferentiable(x):

@@ -24,7 +24,7 @@ deferred their gradients.
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -115,7 +115,7 @@ class CellRunner:
     """
     inline = decision is not None and decision.inline
     with tf.device(self.device), _KeptScope(scope_names.KEPT_FORWARD_SCOPE, inline):
-      forward = self._Forward if inline else self._Function()
+      forward = self._Forward if inline else self._ForwardFunction()
       if decision is None or not decision.record:
         outputs, updates = forward(theta, inputs)
         return outputs, updates, None
@@ -139,7 +139,8 @@ class CellRunner:
     that are not floating point)."""
     sink = self.gradients.NextSink()
     with tf.device(self.device):
-      result = self._Function(sink, num_micro, decision)(theta, inputs, output_grads)
+      result = self._BackwardFunction(sink, num_micro, decision)(
+          theta, inputs, output_grads)
     self.gradients.Keep(sink, result)
     return _InputGrads(result.input_grads, inputs)
 
@@ -158,18 +159,24 @@ class CellRunner:
     self.gradients.Keep(sink, result)
     return _InputGrads(result.input_grads, inputs)
 
-  def _Function(self, sink: Optional[GradSink] = None, num_micro: int = 1,
-                decision: Optional[remat.Decision] = None):
-    """The traced forward (no sink) or backward into `sink`, named
-    '<cell name>_forward' or '<cell name>_backward_<GradSink value>'."""
-    key = (sink, base_layer.IsEvalMode(), num_micro, decision)
+  def _ForwardFunction(self) -> Any:
+    """The traced forward, named '<cell name>_forward'."""
+    return self._Traced((None, base_layer.IsEvalMode(), 1, None),
+                        self._Forward, 'forward')
+
+  def _BackwardFunction(self, sink: GradSink, num_micro: int,
+                        decision: remat.Decision) -> Any:
+    """The traced backward into `sink`, named
+    '<cell name>_backward_<GradSink value>'."""
+    return self._Traced(
+        (sink, base_layer.IsEvalMode(), num_micro, decision),
+        functools.partial(self._Backward, sink=sink, decision=decision,
+                          num_micro=num_micro), f'backward_{sink.value}')
+
+  def _Traced(self, key: tuple, method: Callable[..., Any], kind: str) -> Any:
+    """The tf.function of `method` under `key` (eval mode is part of it:
+    layers read it while tracing), made on first use."""
     if key not in self._functions:
-      if sink is None:
-        method, kind = self._Forward, 'forward'
-      else:
-        method = functools.partial(self._Backward, sink=sink,
-                                   decision=decision, num_micro=num_micro)
-        kind = f'backward_{sink.value}'
       self._functions[key] = _NamedFunction(
           method, f'{self.cell.params.name}_{kind}')
     return self._functions[key]
