@@ -10,7 +10,7 @@ drops, duplicates or reorders a layer fails the check.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -80,6 +80,8 @@ class Reference:
   def __init__(self, pipe: gpipe.PipeliningLayer) -> None:
     self.pipe = pipe
     self.batch_dim = pipe.params.batch_dim
+    self.broadcast = _TopLevelIndices(pipe.params.broadcast_inputs, 'broadcast_inputs')
+    self.summed = _TopLevelIndices(pipe.params.summed_outputs, 'summed_outputs')
     paths = _PipelinePaths(pipe)
     self.layers = []
     for lp, cell_p in LayerParams(pipe.params):
@@ -106,14 +108,15 @@ class Reference:
   def Forward(self, inputs: Sequence[tf.Tensor], num_micro: int, step: int) -> Any:
     """The outputs for `inputs` split into num_micro micro-batches."""
     outs = []
-    for m, micro in enumerate(_Split(inputs, num_micro, self.batch_dim)):
+    for m, micro in enumerate(_Split(inputs, num_micro, self.batch_dim,
+                                      self.broadcast)):
       h = tuple(micro)
       for layer in self.layers:
         self._RecordBatchNormInput(layer, h)
         theta = base_layer.WithStepSeed(layer.theta, [step, m])
         h = containers.AsTuple(layer.FProp(theta, *h))
       outs.append(h)
-    return containers.UnwrapSingle(_Merge(outs, self.batch_dim))
+    return containers.UnwrapSingle(_Merge(outs, self.batch_dim, self.summed))
 
   def TrainStep(self, inputs: Sequence[tf.Tensor], num_micro: int, step: int,
                 loss_fn: Callable[[Any], tf.Tensor] = models.Loss) -> Result:
@@ -197,29 +200,29 @@ def _ByName(variables: Iterable[tf.Variable]) -> Dict[str, tf.Variable]:
   return by_name
 
 
-def _Split(inputs: Sequence[tf.Tensor], num_micro: int, batch_dim: int) -> List[list]:
-  """Per micro-batch the inputs: those with the batch dimension (the first
-  input's size at batch_dim) split along it, the others whole."""
-  batch = _BatchSize(inputs, batch_dim)
-  columns = [tf.split(x, num_micro, axis=batch_dim)
-             if x.shape.rank > batch_dim and x.shape[batch_dim] == batch
-             else [x] * num_micro for x in inputs]
+def _TopLevelIndices(entries: Sequence[Any], name: str) -> Set[int]:
+  """The input (or output) indices a pipeline declares in `name`; the
+  reference takes flat tensors, so only whole top-level entries."""
+  indices = set()
+  for entry in entries:
+    assert str(entry).isdigit(), (
+        f'The reference handles only top-level entries of {name}, got {entry!r}.')
+    indices.add(int(entry))
+  return indices
+
+
+def _Split(inputs: Sequence[tf.Tensor], num_micro: int, batch_dim: int,
+           broadcast: Set[int]) -> List[list]:
+  """Per micro-batch the inputs: the declared broadcast ones whole, the
+  others split along batch_dim."""
+  columns = [[x] * num_micro if i in broadcast else
+             tf.split(x, num_micro, axis=batch_dim) for i, x in enumerate(inputs)]
   return [list(row) for row in zip(*columns)]
 
 
-def _Merge(outs: List[tuple], batch_dim: int) -> tuple:
-  """Outputs with the micro-batch dimension concatenated, others summed."""
-  micro = _BatchSize(outs[0], batch_dim)
-  merged = []
-  for column in zip(*outs):
-    x = column[0]
-    if x.shape.rank > batch_dim and x.shape[batch_dim] == micro:
-      merged.append(tf.concat(column, axis=batch_dim))
-    else:
-      merged.append(tf.add_n(list(column)))
-  return tuple(merged)
-
-
-def _BatchSize(tensors: Sequence[tf.Tensor], batch_dim: int) -> int:
-  """The size at batch_dim of the first tensor that has that dimension."""
-  return next(x.shape[batch_dim] for x in tensors if x.shape.rank > batch_dim)
+def _Merge(outs: List[tuple], batch_dim: int, summed: Set[int]) -> tuple:
+  """Per output: summed over micro-batches if declared so, else
+  concatenated along batch_dim."""
+  return tuple(tf.add_n(list(column)) if i in summed else
+               tf.concat(column, axis=batch_dim)
+               for i, column in enumerate(zip(*outs)))
