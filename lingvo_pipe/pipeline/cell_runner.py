@@ -109,9 +109,8 @@ class CellRunner:
     through tf.stop_gradient, hidden from the caller's tapes (which record
     the pipeline's ops too): with two tapes watching its inputs, TensorFlow
     prepares the call for higher-order gradients, and its backward then
-    takes a zero-filled gradient of every intermediate (ffn, K=1, M=4, no
-    remat: 753 Fill ops, 1.2 GB of zeros per step). Otherwise the recording
-    is None.
+    takes a zero-filled gradient of every intermediate, gigabytes of zeros
+    per step (docs/benchmarks/profiles.md). Otherwise the recording is None.
     """
     inline = decision is not None and decision.inline
     with tf.device(self.device), _KeptScope(scope_names.KEPT_FORWARD_SCOPE, inline):
@@ -257,8 +256,8 @@ def _NamedFunction(method, name: str):
   It is never inlined into the caller's graph: the pipeline
   orders the calls on one device with control dependencies, and once inlined
   (Grappler's default) every micro-batch's ops started at once, which kept
-  all of their activations alive (transformer-act at batch 8, K=1, M=8,
-  per-cell remat: 227 MB allocator peak inlined, 89 MB not inlined).
+  all of their activations alive: about 2.5x the allocator peak
+  (docs/benchmarks/profiles.md).
   """
 
   def Body(*args):

@@ -145,8 +145,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     folds: from a constant step seed (none set, or Python numbers) each
     call of a cell would get a constant of its own, and Grappler
     specializes a called function for each distinct constant input, K*M
-    copies of the cells' functions (transformer, K=4, M=8: first run 5.3 s
-    instead of 2.7 s).
+    copies of the cells' functions, which doubles the first step
+    (docs/benchmarks/profiles.md, 'Figures behind the code').
     """
     seeds = [v for k, v in theta.FlattenItems()
              if k.split('.')[-1] == base_layer.STEP_SEED_KEY]
@@ -301,9 +301,8 @@ class _Task:
 def _After(previous: Optional[List[Any]]):
   """A context whose ops wait for `previous` (the device's last task), so a
   device runs its tasks in schedule order. Control edges on the cell's call
-  op itself: identities of its inputs cost M*K*(inputs + theta) graph nodes
-  (ffn, K=4, M=16: 9661 ops in the step's graph instead of 6601, and 0.6 s
-  more tracing)."""
+  op itself: identities of its inputs would cost M*K*(inputs + theta) graph
+  nodes and their tracing time (docs/benchmarks/profiles.md)."""
   return tf.control_dependencies(previous or [])
 
 

@@ -27,10 +27,9 @@ allocator, so a measured BFC peak compares with the range from
 `shared_peak_bytes` (every cell's params and state, one cell's activations:
 the cells' activation peaks never coincide, as at M=1 where the backward
 visits one cell after the other) to `total_peak_bytes` (they all coincide).
-Measured against the upper bound (transformer-act, L=6, N=8, seq 128,
-SGD): -4% to +11% at M=8 and at K=4 M=4 without remat, but +38% to +76% at
-M=1 and K=4 M=4 PER_CELL: act_bytes counts every tensor a forward produces
-(TensorFlow keeps fewer). It errs safe.
+It errs safe: act_bytes counts every tensor a forward produces, and
+TensorFlow keeps fewer (docs/benchmarks/profiles.md compares it with
+measured peaks).
 
 Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation

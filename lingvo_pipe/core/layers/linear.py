@@ -83,8 +83,7 @@ def _MatMulByTransposed(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
   """a [n, k] times b [m, k] transposed -> [n, m].
 
   BatchMatMulV2 with adj_y: in TF 2.21 on CPU (oneDNN), MatMul with
-  transpose_b ran 3x slower for [16, 2048] x [512, 2048]^T (2.1 ms vs
-  0.6 ms) and 2.5x for 64 rows.
+  transpose_b runs several times slower (docs/benchmarks/profiles.md).
   """
   return tf.raw_ops.BatchMatMulV2(x=a, y=b, adj_y=True)
 
@@ -131,9 +130,9 @@ def _MatMulTransposed(x: tf.Tensor, w: tf.Tensor):
 def ProjectLastDim(x: tf.Tensor, w: tf.Tensor, transpose_w: bool = False) -> tf.Tensor:
   """x [..., i] times w [i, o] (or w [o, i] with transpose_w) -> [..., o].
 
-  A reshape to two dims and one matrix product: in TF 2.21, einsum with an
-  ellipsis ran 80x slower than this on CPU (forward + backward, [64, 512] x
-  [512, 2048]). Static dims build no shape ops (shapes.Dim).
+  A reshape to two dims and one matrix product: in TF 2.21 on CPU, einsum
+  with an ellipsis runs far slower (docs/benchmarks/profiles.md). Static
+  dims build no shape ops (shapes.Dim).
   """
   x = tf.convert_to_tensor(x)
   matmul = _MatMulTransposed if transpose_w else _MatMul
