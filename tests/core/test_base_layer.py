@@ -386,6 +386,6 @@ def test_fprop_and_fprop_meta_must_be_defined():
   layer = base_layer.BaseLayer.Params().Set(name='base').Instantiate()
   with pytest.raises(NotImplementedError, match=r'BaseLayer does not define FProp'):
     layer(_Inputs())
-  with pytest.raises(NotImplementedError, match=r'_Affine does not define '
+  with pytest.raises(NotImplementedError, match=r'Affine does not define '
                      r'FPropMeta'):
     _Affine.FPropMeta(_Affine.Params(), [2, 2])

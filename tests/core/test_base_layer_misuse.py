@@ -164,7 +164,7 @@ def test_assigning_layer_after_construction_raises():
 
 
 @pytest.mark.parametrize('name,message', [
-    ('', r"_Affine params\.name is empty; set it, e\.g\. p\.name = '_affine'"),
+    ('', r"Affine params\.name is empty; set it, e\.g\. p\.name = 'affine'"),
     ('my layer', r"Layer name 'my layer' must be a Python identifier"),
     ('a/b', r"Layer name 'a/b' must be a Python identifier"),
     ('1st', r"Layer name '1st' must be a Python identifier"),
