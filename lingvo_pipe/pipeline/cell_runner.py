@@ -172,7 +172,7 @@ class CellRunner:
         functools.partial(self._Backward, sink=sink, decision=decision,
                           num_micro=num_micro), f'backward_{sink.value}')
 
-  def _Traced(self, key: tuple, method: Callable[..., Any], kind: str) -> Any:
+  def _Traced(self, key: _FunctionKey, method: Callable[..., Any], kind: str) -> Any:
     """The tf.function of `method` under `key` (eval mode is part of it:
     layers read it while tracing), made on first use."""
     if key not in self._functions:
