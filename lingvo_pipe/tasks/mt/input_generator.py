@@ -41,7 +41,8 @@ def _ReadLines(pattern: str) -> List[bytes]:
   return lines
 
 
-def _Encode(texts: List[bytes], length: int, add_eos: bool) -> np.ndarray:
+def Encode(texts: List[bytes], length: int, add_eos: bool) -> np.ndarray:
+  """Byte ids [len(texts), length], cut to fit (with EOS last if add_eos), PAD after."""
   ids = np.full([len(texts), length], PAD, np.int32)
   for i, text in enumerate(texts):
     row = list(text[:length - 1] if add_eos else text[:length]) + ([EOS] if add_eos else [])
@@ -81,8 +82,8 @@ class ParallelTextInput:
     if len(src) < p.batch_size:
       raise ValueError(f'{len(src)} sentence pairs are fewer than one batch '
                        f'({p.batch_size}).')
-    self.src = _Encode(src, p.src_len, add_eos=False)
-    self.labels = _Encode(tgt, p.tgt_len, add_eos=True)
+    self.src = Encode(src, p.src_len, add_eos=False)
+    self.labels = Encode(tgt, p.tgt_len, add_eos=True)
 
   def _Texts(self) -> Tuple[List[bytes], List[bytes]]:
     p = self.params
