@@ -5,7 +5,8 @@
 
 Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
 (a pipeline timeline of one training step: logdir/timeline.json for
-Perfetto or chrome://tracing, logdir/timeline.png, the bubble line). User
+Perfetto or chrome://tracing, logdir/timeline.png, the bubble line), decode
+(trainer/decoder.py) and export (a SavedModel, trainer/export.py). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
 """
@@ -26,7 +27,7 @@ flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'eval', 'train_and_eval',
                                              'inspect_params', 'inspect_model',
-                                             'profile'],
+                                             'profile', 'decode', 'export'],
                   'What to do.')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\".")
@@ -43,6 +44,12 @@ flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'pipelines need, at least 1).')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
+flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text '
+                    '(one example per line: a sentence to translate, a prompt '
+                    'to continue) instead of the dev split.')
+flags.DEFINE_bool('export_keep_devices', False, 'In --mode=export, keep each '
+                  "pipeline cell's device placement in the SavedModel (default: "
+                  'cleared, so it runs on whatever devices the loader has).')
 
 
 class _UserError(Exception):
@@ -101,16 +108,34 @@ def _PrepareLogdir(params) -> str:
 
 def _Sample(trainer_obj) -> None:
   """Prints a sample continuation of a held-out text window."""
-  from lingvo_pipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  task = trainer_obj.task
-  if FLAGS.sample_bytes <= 0 or not hasattr(task, 'Sample'):
-    return
-  batch = next(iter(trainer_obj.params.dev.Instantiate().Dataset()))
-  with base_layer.EvalMode():
-    sample = task.Sample(task.theta, batch.ids, FLAGS.sample_bytes, seed=trainer_obj.tp.seed)
-  prompt = bytes(batch.ids[0].numpy().astype('uint8')).decode('utf-8', 'replace')
-  text = bytes(sample[0].numpy().astype('uint8')).decode('utf-8', 'replace')
-  print(f'--- prompt (last 80 bytes) ---\n{prompt[-80:]}\n--- sample ---\n{text}\n---')
+  from trainer import decoder  # pylint: disable=g-import-not-at-top
+  if FLAGS.sample_bytes > 0:
+    decoder.PrintSample(trainer_obj, FLAGS.sample_bytes)
+
+
+def _DecodeOrExport(params) -> None:
+  """--mode=decode and --mode=export on the newest checkpoint in --logdir."""
+  from trainer import decoder  # pylint: disable=g-import-not-at-top
+  from trainer import export
+  try:
+    decoder.CheckCanDecode(params, FLAGS.model)
+  except decoder.NoDecoderError as e:
+    raise _UserError(str(e)) from None
+  logdir = FLAGS.logdir or os.path.join('/tmp/lingvo_pipe', FLAGS.model)
+  if not export.LatestCheckpoint(logdir):
+    raise _UserError(f'No checkpoint in {logdir!r} to {FLAGS.mode}; train first '
+                     '(--mode=train) or point --logdir at a trained run.')
+  _ConfigureDevices(params)
+  from trainer import loop  # pylint: disable=g-import-not-at-top
+  try:
+    trainer_obj = loop.Trainer(params, logdir)
+    trainer_obj.Restore()
+    if FLAGS.mode == 'decode':
+      decoder.Decoder(trainer_obj).Run(FLAGS.decode_prompt)
+    else:
+      print(f'Exported {export.Export(trainer_obj, FLAGS.export_keep_devices)}')
+  except (FileNotFoundError, ValueError) as e:
+    raise _UserError(str(e)) from None
 
 
 def Main(argv) -> None:
@@ -123,6 +148,9 @@ def Main(argv) -> None:
   if FLAGS.mode == 'inspect_model':
     from trainer import inspection  # pylint: disable=g-import-not-at-top
     print(inspection.ModelPlan(params.task))
+    return
+  if FLAGS.mode in ('decode', 'export'):
+    _DecodeOrExport(params)
     return
   logdir = _PrepareLogdir(params)
   _ConfigureDevices(params)
@@ -142,8 +170,12 @@ def Main(argv) -> None:
           f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}')
     return
   if FLAGS.mode in ('train', 'train_and_eval'):
+    after_loop = None
+    if FLAGS.mode == 'train_and_eval' and params.trainer.decode_interval_steps > 0:
+      from trainer import decoder  # pylint: disable=g-import-not-at-top
+      after_loop = decoder.EveryNSteps(trainer_obj, params.trainer.decode_interval_steps)
     try:
-      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps)
+      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps, after_loop)
     except loop.NonFiniteLossError as e:
       raise _UserError(str(e)) from None
   if FLAGS.mode in ('eval', 'train_and_eval'):

@@ -2,7 +2,7 @@
 call, so that a new task plugs in by implementing these methods."""
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -31,6 +31,12 @@ class DecodingTask:
     """Decodes a batch in eval mode (no dropout, no gradient): tensors."""
     raise NotImplementedError(f'{type(self).__name__} must define Decode.')
 
+  def Decoder(self) -> Callable[[NestedMap], NestedMap]:
+    """What the trainer's decoder calls on each batch: by default Decode
+    with the task's variables, traced once."""
+    return tf.function(lambda batch: self.Decode(getattr(self, 'theta'), batch),
+                       autograph=False)
+
   def PostProcessDecode(self, batch: NestedMap, decoded: NestedMap) -> List[DecodedExample]:
     """The batch's examples as text; `batch` and `decoded` hold numpy arrays."""
     raise NotImplementedError(f'{type(self).__name__} must define PostProcessDecode.')
@@ -39,6 +45,11 @@ class DecodingTask:
     """Metrics of all decoded examples (e.g. corpus BLEU); default none."""
     del examples
     return {}
+
+  def FormatDecoded(self, examples: Sequence[DecodedExample]) -> str:
+    """The text of logdir/decode_<step>.txt: by default each output on a
+    line of its own (line i is dev example i: the form BLEU tools read)."""
+    return ''.join(e.output.replace('\n', ' ') + '\n' for e in examples)
 
   def ServingSignature(self) -> Tuple[Dict[str, tf.TensorSpec], str]:
     """(the inputs of the exported inference function by name, a one-line

@@ -21,7 +21,7 @@ from lingvo_pipe.pipeline.pipelined_model import CarryLayer
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
 
 
-def _Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
+def Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
   """Sinusoidal position encodings [length, dim] (Vaswani et al., 2017)."""
   pos = tf.range(length, dtype=tf.float32)[:, None]
   i = tf.range(dim // 2, dtype=tf.float32)[None, :]
@@ -54,7 +54,7 @@ class TokenEmbeddingStage(base_layer.BaseLayer):
   def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
             labels: tf.Tensor) -> tuple:
     x = self.emb.FProp(theta.emb, ids)
-    x += _Positions(ids.shape[1], self.params.model_dim, x.dtype)[None]
+    x += Positions(ids.shape[1], self.params.model_dim, x.dtype)[None]
     return x, paddings, labels
 
   @classmethod

@@ -1,0 +1,117 @@
+"""--mode=decode: a task's decoder on the newest checkpoint (Lingvo's decoder
+job). Decodes the dev split (or --decode_prompt), writes the output to
+logdir/decode_<step>.txt, the task's metrics (e.g. BLEU) to TensorBoard under
+logdir/decode and to the console."""
+
+import os
+from typing import Callable, Dict, Iterable, List
+
+import tensorflow as tf
+
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.tasks import decoding
+
+# Examples printed on the console per decode.
+_SHOWN_EXAMPLES = 3
+
+
+class NoDecoderError(ValueError):
+  """The experiment's task cannot decode."""
+
+
+def CheckCanDecode(params: hyperparams.Params, model: str) -> None:
+  """Raises NoDecoderError unless the experiment's task implements
+  decoding.DecodingTask (checked on the params, before any work)."""
+  task_cls = params.task.cls
+  if not issubclass(task_cls, decoding.DecodingTask):
+    raise NoDecoderError(
+        f'Experiment {model!r} has no decoder: its task {task_cls.__name__} does '
+        'not implement lingvo_pipe.tasks.decoding.DecodingTask; decode and '
+        'export work for the lm and mt experiments.')
+
+
+def _Numpy(nest: NestedMap) -> NestedMap:
+  return tf.nest.map_structure(lambda x: x.numpy() if hasattr(x, 'numpy') else x, nest)
+
+
+class Decoder:
+  """Decodes with the task of a loop.Trainer; keeps its traced function, so
+  decoding every N steps of train_and_eval traces once."""
+
+  def __init__(self, trainer_obj, log: Callable[[str], None] = print) -> None:
+    self.trainer = trainer_obj
+    self.task = trainer_obj.task
+    self.log = log
+    if not isinstance(self.task, decoding.DecodingTask):
+      raise NoDecoderError(f'Task {type(self.task).__name__} has no decoder.')
+    self._decode = self.task.Decoder()
+
+  def _Batches(self, prompt: str) -> Iterable[NestedMap]:
+    if prompt:
+      return [self.task.PromptBatch(prompt)]
+    dataset = self.trainer.params.dev.Instantiate().Dataset()
+    steps = self.trainer.tp.decode_steps
+    return dataset.take(steps) if steps > 0 else dataset
+
+  def Decode(self, prompt: str = '') -> List[decoding.DecodedExample]:
+    """Decodes --decode_prompt's text, or the dev split (trainer.decode_steps
+    batches; 0: all of it)."""
+    examples: List[decoding.DecodedExample] = []
+    for batch in self._Batches(prompt):
+      decoded = self._decode(batch)
+      examples += self.task.PostProcessDecode(_Numpy(batch), _Numpy(decoded))
+    if not examples:
+      raise ValueError('The dev input produced no batch to decode; check its '
+                       'data and batch_size.')
+    return examples
+
+  def Run(self, prompt: str = '') -> Dict[str, float]:
+    """Decodes, writes logdir/decode_<step>.txt and the metrics; returns them."""
+    step = int(self.trainer.global_step.numpy())
+    examples = self.Decode(prompt)
+    metrics = self.task.DecodeMetrics(examples)
+    logdir = self.trainer.logdir
+    path = os.path.join(logdir, f'decode_{step}.txt')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(self.task.FormatDecoded(examples))
+    writer = self.trainer._Writer('decode')  # pylint: disable=protected-access
+    with writer.as_default(step=step):
+      for key, value in metrics.items():
+        tf.summary.scalar(key, value)
+    writer.flush()
+    for example in examples[:_SHOWN_EXAMPLES]:
+      self.log(f'  input:     {example.source!r}\n  output:    {example.output!r}'
+               + (f'\n  reference: {example.reference!r}'
+                  if example.reference is not None else ''))
+    summary = '  '.join(f'{k} {v:.2f}' for k, v in sorted(metrics.items()))
+    self.log(f'decode at step {step}: {len(examples)} examples  {summary}'.rstrip()
+             + f'  -> {path}')
+    return metrics
+
+
+def EveryNSteps(trainer_obj, interval: int) -> Callable[[], None]:
+  """An after_loop hook of loop.Trainer.Train that decodes when the global
+  step has passed a multiple of `interval` since the last decode."""
+  decoder = Decoder(trainer_obj)
+  last = [int(decoder.trainer.global_step.numpy()) // interval]
+
+  def AfterLoop() -> None:
+    mark = int(decoder.trainer.global_step.numpy()) // interval
+    if mark > last[0]:
+      last[0] = mark
+      decoder.Run()
+  return AfterLoop
+
+
+def PrintSample(trainer_obj, num_bytes: int, log: Callable[[str], None] = print) -> None:
+  """Prints a sampled continuation of a held-out window (the end of a
+  language model's train_and_eval); other tasks print nothing."""
+  task = trainer_obj.task
+  if not hasattr(task, 'Sample'):
+    return
+  batch = next(iter(trainer_obj.params.dev.Instantiate().Dataset()))
+  prompt = batch.ids.numpy()[:1]
+  sample = task.Sample(prompt, num_bytes, seed=trainer_obj.tp.seed)
+  log(f'--- prompt (last 80 bytes) ---\n{decoding.Text(prompt[0])[-80:]}\n'
+      f'--- sample ---\n{decoding.Text(sample[0])}\n---')
