@@ -5,6 +5,7 @@ The cached sampler runs one position per step through every layer, cell by
 cell on each cell's device (eval mode: no dropout, no gradient): each causal
 self-attention appends the new position's key and value to its cache and
 attends over the cache, so generating T bytes costs O(T) layer steps. The
+prompt (and a refill) goes through in one forward that fills the cache. The
 full-window sampler runs the whole pipeline's eval forward on the context
 at every step, O(T) layer steps per byte; it is the reference the cached one
 must equal.
@@ -103,34 +104,44 @@ class CachedSampler:
     return caches
 
   def _Attend(self, body: transformer.TransformerEncoderLayer, theta: NestedMap,
-              x: tf.Tensor, pos: tf.Tensor, cache: NestedMap) -> Tuple[tf.Tensor, NestedMap]:
-    """x + self-attention of position `pos` [B, 1, D] over the cache."""
+              x: tf.Tensor, start: tf.Tensor, cache: NestedMap) -> Tuple[tf.Tensor, NestedMap]:
+    """The Transformer layer on positions start .. start + n - 1 (x
+    [B, n, D]): their keys and values go into the cache, and each attends
+    over the cache up to itself."""
     p = body.self_atten.params
     at = theta.self_atten
+    n = x.shape[1]
     normed = body.self_atten_ln.FProp(theta.self_atten_ln, x)
     head_dim = (p.hidden_dim or p.input_dim) // p.num_heads
 
     def Heads(t: tf.Tensor) -> tf.Tensor:
-      return tf.reshape(t, [self.batch_size, 1, p.num_heads, head_dim])
+      return tf.reshape(t, [self.batch_size, n, p.num_heads, head_dim])
 
+    def Place(t: tf.Tensor) -> tf.Tensor:
+      """[B, n, N, H] -> [B, window, N, H], rows start .. start + n - 1."""
+      return tf.roll(tf.pad(t, [[0, 0], [0, self.window - n], [0, 0], [0, 0]]), start, axis=1)
+
+    slots = tf.range(self.window)
+    new = tf.logical_and(slots >= start, slots < start + n)[None, :, None, None]
+    keys = tf.where(new, Place(Heads(_Proj(normed, at.key_w, at.key_b))), cache.key)
+    values = tf.where(new, Place(Heads(_Proj(normed, at.value_w, at.value_b))), cache.value)
     q = Heads(_Proj(normed, at.query_w, at.query_b)) * head_dim**-0.5
-    at_pos = tf.equal(tf.range(self.window), pos)[None, :, None, None]
-    keys = tf.where(at_pos, Heads(_Proj(normed, at.key_w, at.key_b)), cache.key)
-    values = tf.where(at_pos, Heads(_Proj(normed, at.value_w, at.value_b)), cache.value)
     logits = tf.einsum('btnh,bsnh->bnts', q, keys)
-    seen = (tf.range(self.window) <= pos)[None, None, None, :]
+    seen = (slots[None, :] <= start + tf.range(n)[:, None])[None, None]
     logits = tf.where(seen, logits, -0.7 * logits.dtype.max)
     context = tf.einsum('bnts,bsnh->btnh', tf.nn.softmax(logits, axis=-1), values)
-    out = _Proj(tf.reshape(context, [self.batch_size, 1, -1]), at.post_w, at.post_b)
+    out = _Proj(tf.reshape(context, [self.batch_size, n, -1]), at.post_w, at.post_b)
     x = x + body.self_atten_dropout.FProp(theta.self_atten_dropout, out)
     normed = body.ffn_ln.FProp(theta.ffn_ln, x)
     x = x + body.ffn_dropout.FProp(theta.ffn_dropout, body.ffn.FProp(theta.ffn, normed))
     return x, NestedMap(key=keys, value=values)
 
-  def _Step(self, ids: tf.Tensor, pos: tf.Tensor, caches: List[NestedMap]
+  def _Step(self, ids: tf.Tensor, start: tf.Tensor, caches: List[NestedMap]
             ) -> Tuple[tf.Tensor, List[NestedMap]]:
-    """Logits [B, V] after ids [B] at position pos; the updated caches."""
+    """Logits [B, V] after ids [B, n] at positions start .. start + n - 1
+    (n 1 when sampling, more when filling the cache); the updated caches."""
     theta = self.stack.theta
+    n = ids.shape[1]
     new_caches: List[NestedMap] = []
     x: Any = None
     with base_layer.EvalMode():
@@ -139,15 +150,24 @@ class CachedSampler:
           for entry in layers:
             layer, lt = entry.layer, entry.Theta(theta)
             if isinstance(layer, lm_layers.TokenEmbeddingStage):
-              x = layer.emb.FProp(lt.emb, ids[:, None])
-              x += lm_layers.Positions(self.window, layer.params.model_dim, x.dtype)[pos][None, None]
+              x = layer.emb.FProp(lt.emb, ids)
+              table = lm_layers.Positions(self.window, layer.params.model_dim, x.dtype)
+              x += tf.gather(table, start + tf.range(n))[None]
             elif isinstance(layer, pipelined_model.CarryLayer):
-              x, cache = self._Attend(layer.body, lt.body, x, pos, caches[len(new_caches)])
+              x, cache = self._Attend(layer.body, lt.body, x, start, caches[len(new_caches)])
               new_caches.append(cache)
             else:
-              zeros = tf.zeros([self.batch_size, 1])
-              x = layer.FProp(lt, x, zeros, tf.zeros([self.batch_size, 1], tf.int32))[0]
+              x = x[:, -1:, :]  # only the newest position's logits
+              x = layer.FProp(lt, x, tf.zeros([self.batch_size, 1]),
+                              tf.zeros([self.batch_size, 1], tf.int32))[0]
     return x[:, 0, :], new_caches
+
+  def _Fill(self, tokens: List[np.ndarray]) -> Tuple[tf.Tensor, List[NestedMap], int]:
+    """A new cache holding `tokens` (one forward over all of them): the
+    logits after the last, the caches and the next position."""
+    logits, caches = self._step(tf.constant(np.stack(tokens, axis=1)), tf.constant(0),
+                                self.NewCache())
+    return logits, caches, len(tokens)
 
   def Sample(self, prompt: np.ndarray, num_steps: int, temperature: float = 0.8,
              top_k: int = 0, seed: int = 0,
@@ -155,13 +175,7 @@ class CachedSampler:
     """Continues prompt [B, P] (P >= 1) by num_steps ids; returns them
     [B, num_steps]. on_logits(step, logits) sees each step's logits."""
     tokens = [np.asarray(prompt, np.int32)[:, i] for i in range(prompt.shape[1])]
-    start = max(len(tokens) - self.window + 1, 0)
-    caches = self.NewCache()
-    pos = 0
-    logits = None
-    for t in tokens[start:]:
-      logits, caches = self._step(tf.constant(t), tf.constant(pos), caches)
-      pos += 1
+    logits, caches, pos = self._Fill(tokens[max(len(tokens) - self.window + 1, 0):])
     out = []
     for step in range(num_steps):
       if on_logits is not None:
@@ -170,12 +184,9 @@ class CachedSampler:
       out.append(nxt)
       tokens.append(nxt)
       if pos == self.window:  # full: refill from the newest half
-        caches, pos = self.NewCache(), 0
-        for t in tokens[-(self.window // 2):]:
-          logits, caches = self._step(tf.constant(t), tf.constant(pos), caches)
-          pos += 1
+        logits, caches, pos = self._Fill(tokens[-(self.window // 2):])
       else:
-        logits, caches = self._step(tf.constant(nxt), tf.constant(pos), caches)
+        logits, caches = self._step(tf.constant(nxt[:, None]), tf.constant(pos), caches)
         pos += 1
     return np.stack(out, axis=1) if out else np.zeros([prompt.shape[0], 0], np.int32)
 
