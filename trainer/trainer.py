@@ -152,6 +152,12 @@ def Main(argv) -> None:
   if FLAGS.mode in ('decode', 'export'):
     _DecodeOrExport(params)
     return
+  if FLAGS.mode == 'train_and_eval' and params.trainer.decode_interval_steps > 0:
+    from trainer import decoder  # pylint: disable=g-import-not-at-top
+    try:
+      decoder.CheckCanDecode(params, FLAGS.model)
+    except decoder.NoDecoderError as e:
+      raise _UserError(f'trainer.decode_interval_steps is set but {e}') from None
   logdir = _PrepareLogdir(params)
   _ConfigureDevices(params)
   from trainer import loop  # pylint: disable=g-import-not-at-top
