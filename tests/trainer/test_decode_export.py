@@ -167,3 +167,26 @@ def test_decode_and_export_errors_are_one_line(model, mode, message, tmp_path):
   lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and message in lines[0], result.stderr
   assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_lm_export_scores_as_the_model_does(tmp_path):
+  # In this process: the tiny LM at its initial weights (global step 0).
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  params = experiment_params.ExperimentParams(model_registry.GetExperiment(TINY_LM))
+  trainer_obj = loop.Trainer(params, str(tmp_path), log=lambda _: None)
+  export_dir = export.Export(trainer_obj)
+  assert export_dir == str(tmp_path / 'export' / '0')
+  serve = tf.saved_model.load(export_dir).signatures['serving_default']
+  ids = np.random.RandomState(0).randint(0, 256, [3, 16]).astype(np.int32)
+  out = serve(ids=tf.constant(ids))
+  task = trainer_obj.task
+  padded = np.concatenate([ids, np.zeros([1, 16], np.int32)])  # batch_size 4
+  with base_layer.EvalMode():
+    logits = task.stack.FProp(task.theta.stack, padded, tf.zeros([4, 16]), padded).logits[:3]
+  np.testing.assert_allclose(out['log_probs'].numpy(), tf.nn.log_softmax(logits).numpy(),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(out['next_ids'].numpy(),
+                                np.argmax(out['log_probs'].numpy()[:, -1], axis=-1))
+  with pytest.raises(tf.errors.InvalidArgumentError, match='at most 4 rows'):
+    serve(ids=tf.zeros([5, 16], tf.int32))
