@@ -5,7 +5,8 @@
 
 Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
 (a pipeline timeline of one training step: logdir/timeline.json for
-Perfetto or chrome://tracing, logdir/timeline.png, the bubble line). User
+Perfetto or chrome://tracing, logdir/timeline.png, the bubble line), worker
+(a task of --cluster_spec serving a client's cells). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
 """
@@ -26,8 +27,9 @@ flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'eval', 'train_and_eval',
                                              'inspect_params', 'inspect_model',
-                                             'profile'],
-                  'What to do.')
+                                             'profile', 'worker'],
+                  'What to do. worker: serve as task --task of --cluster_spec '
+                  '(docs/several_machines.md).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\".")
 flags.DEFINE_string('model_params_file_override', '', 'A file of "key : value" '
@@ -41,6 +43,17 @@ flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
                      'pipelines need, at least 1).')
+flags.DEFINE_string('cluster_spec', '', 'The cells\' worker tasks, '
+                    '"worker=host:port,host:port" (default: TF_CONFIG\'s '
+                    'cluster, if set; empty: cells on local devices).')
+flags.DEFINE_integer('task', -1, 'With --mode=worker: this worker\'s task '
+                     'index (default: TF_CONFIG\'s task index).')
+flags.DEFINE_integer('worker_threads', 0, 'With --mode=worker: intra-op '
+                     'threads of the worker (0: TensorFlow\'s default).')
+flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run '
+                   'with an error naming the worker when one does not answer '
+                   'for this long (checked all along the run, whatever the '
+                   'step time), and wait this long for the workers to come up.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 
@@ -75,9 +88,13 @@ def _ResolveParams():
 
 def _ConfigureDevices(params) -> None:
   """Creates logical CPU devices for the pipelines when no accelerator is
-  present (must run before TensorFlow initializes its devices)."""
+  present (must run before TensorFlow initializes its devices); with a
+  cluster, connects to its workers instead."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline import cluster
+  if _Cluster() is not None:
+    _ConnectCluster()
+    return
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
     return
   wanted = FLAGS.num_logical_devices or max(cluster.DevicesNeeded(params.task),
@@ -113,16 +130,55 @@ def _Sample(trainer_obj) -> None:
   print(f'--- prompt (last 80 bytes) ---\n{prompt[-80:]}\n--- sample ---\n{text}\n---')
 
 
+def _Cluster():
+  """The ClusterConfig of --cluster_spec or TF_CONFIG; None without."""
+  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  try:
+    return cluster_run.ClusterFromFlags(FLAGS.cluster_spec, os.environ)
+  except ValueError as e:
+    raise _UserError(str(e)) from None
+
+
+def _ConnectCluster() -> None:
+  from trainer import cluster_client  # pylint: disable=g-import-not-at-top
+  try:
+    cluster_client.Connect(_Cluster(), FLAGS.worker_timeout_s)
+  except cluster_client.WorkerUnreachableError as e:
+    raise _UserError(str(e)) from None
+
+
+def _Train(trainer_obj, max_steps: int) -> None:
+  """Trains; with a cluster, under the watchdog that ends the run when a
+  worker stops answering."""
+  config = _Cluster()
+  if config is None:
+    trainer_obj.Train(max_steps)
+    return
+  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  cluster_run.TrainOnCluster(trainer_obj, max_steps, config,
+                               FLAGS.worker_timeout_s)
+
+
 def Main(argv) -> None:
   del argv
   logging.set_verbosity(logging.WARNING)
+  if FLAGS.mode == 'worker':
+    from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+    try:
+      cluster_run.RunWorker(FLAGS.cluster_spec, FLAGS.task, os.environ,
+                              FLAGS.worker_threads)
+    except ValueError as e:
+      raise _UserError(str(e)) from None
+    return
   params = _ResolveParams()
   if FLAGS.mode == 'inspect_params':
     print(params.ToText(), end='')
     return
   if FLAGS.mode == 'inspect_model':
     from trainer import inspection  # pylint: disable=g-import-not-at-top
-    print(inspection.ModelPlan(params.task))
+    config = _Cluster()
+    print(inspection.ModelPlan(params.task, cluster_tasks=len(config.Tasks())
+                               if config else 0))
     return
   logdir = _PrepareLogdir(params)
   _ConfigureDevices(params)
@@ -143,7 +199,7 @@ def Main(argv) -> None:
     return
   if FLAGS.mode in ('train', 'train_and_eval'):
     try:
-      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps)
+      _Train(trainer_obj, FLAGS.max_steps or params.trainer.max_steps)
     except loop.NonFiniteLossError as e:
       raise _UserError(str(e)) from None
   if FLAGS.mode in ('eval', 'train_and_eval'):

@@ -98,12 +98,16 @@ def PlaceCells(num_cells: int, devices: Optional[Sequence[Device]] = None,
 
 
 def DevicesNeeded(params: Any) -> int:
-  """The most cells any pipeline in these (nested) params asks for."""
+  """The most devices any pipeline in these (nested) params asks for: its
+  cells times its replicas, over its cells per device."""
   found = 1
   if isinstance(params, hyperparams.Params):
     if 'num_partitions' in params and 'cell_tpl' in params:
       splits = len(params.splits) + 1 if params.splits else 0
-      found = max(found, params.num_partitions, len(params.cell_tpl), splits)
+      cells = max(params.num_partitions, len(params.cell_tpl), splits)
+      replicas = params.num_replicas if 'num_replicas' in params else 1
+      per_device = (params.cells_per_device or 1) if 'cells_per_device' in params else 1
+      found = max(found, -(-cells * max(replicas, 1) // per_device))
     for _, value in params.IterParams():
       found = max(found, DevicesNeeded(value))
   elif isinstance(params, (list, tuple)):
