@@ -92,7 +92,15 @@ def _ConfigureDevices(params) -> None:
   cluster, connects to its workers instead."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline import cluster
-  if _Cluster() is not None:
+  config = _Cluster()
+  if config is not None:
+    needed = cluster.DevicesNeeded(params.task)
+    if needed > len(config.Tasks()):
+      raise _UserError(
+          f'The model needs {needed} devices (cells x replicas / '
+          f'cells_per_device) but --cluster_spec has {len(config.Tasks())} '
+          'worker task(s); start more workers, or lower num_replicas or the '
+          'number of cells, or raise cells_per_device.')
     _ConnectCluster()
     return
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):

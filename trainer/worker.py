@@ -20,6 +20,9 @@ def CheckPortFree(config: ClusterConfig, task: int) -> None:
   address = config.Address(task)
   port = config.Port(task)
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    # As gRPC does: a port whose old connections linger in TIME_WAIT (a
+    # worker just restarted) is free; one with a listener is not.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
       s.bind(('', port))
     except OSError as e:

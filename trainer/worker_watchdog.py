@@ -14,7 +14,7 @@ tracing is not a failure).
 import os
 import sys
 import threading
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
 from trainer import cluster_client
@@ -63,14 +63,20 @@ class WorkerWatchdog:
     while not self._stop.wait(self._timeout_s / 4):
       silent = cluster_client.Probe(self._config, self._timeout_s)
       if silent and not self._stop.is_set():
-        self._on_lost(Message(self._config, silent, self._timeout_s,
-                              self._resume_hint()))
+        # Once one task is gone, the others' probes fail too: name the
+        # tasks that refuse connections, if any, else the silent ones.
+        down = cluster_client.Refusing(self._config)
+        self._on_lost(Message(self._config, down or silent, bool(down),
+                              self._timeout_s, self._resume_hint()))
         return
 
 
-def Message(config: ClusterConfig, tasks, timeout_s: float, hint: str) -> str:
-  """The one line for `tasks` that did not answer."""
+def Message(config: ClusterConfig, tasks: List[int], down: bool,
+            timeout_s: float, hint: str) -> str:
+  """The one line for `tasks` that are down (refuse connections) or did
+  not answer."""
   names = ', '.join(f'worker task {t} ({config.Address(t)})' for t in tasks)
-  return (f'{names} did not answer for {timeout_s:g} s (--worker_timeout_s); '
-          f'stopped training. Restart the worker(s), then the client, to '
-          f'resume{hint}.')
+  what = ('is down (connection refused)' if down else
+          f'did not answer for {timeout_s:g} s (--worker_timeout_s)')
+  return (f'{names} {what}; stopped training. Restart the worker(s), then '
+          f'the client, to resume{hint}.')
