@@ -109,16 +109,28 @@ def TpuDeviceAssignment(topology: tf.tpu.experimental.Topology,
                      f'(mesh {list(topology.mesh_shape)}) has {total}; lower '
                      'num_replicas or the number of cells.')
   per_chip = int(topology.mesh_shape[-1])
-  if num_cells % per_chip == 0:
-    shape = [1, 1, num_cells // per_chip, per_chip]
-  elif num_cells <= per_chip:
+  if num_cells <= per_chip:
     shape = [1, 1, 1, num_cells]
+  elif num_cells % per_chip == 0:
+    shape = _ChipBlock(num_cells // per_chip, topology.mesh_shape[:3]) + [per_chip]
   else:
     raise ValueError(f'{num_cells} cells do not fill whole chips of '
                      f'{per_chip} cores each; use a multiple of {per_chip} '
                      f'cells, or at most {per_chip}.')
   return tf.tpu.experimental.DeviceAssignment.build(
       topology, computation_shape=shape, num_replicas=num_replicas)
+
+
+def _ChipBlock(num_chips: int, mesh: Sequence[int]) -> List[int]:
+  """The most compact [x, y, z] block of num_chips chips that fits the
+  chip mesh (one replica's cells on neighbouring chips)."""
+  blocks = [[x, y, z] for x in range(1, int(mesh[0]) + 1)
+            for y in range(1, int(mesh[1]) + 1) for z in range(1, int(mesh[2]) + 1)
+            if x * y * z == num_chips]
+  if not blocks:
+    raise ValueError(f'No block of {num_chips} chips fits the TPU chip mesh '
+                     f'{list(mesh)}; use fewer cells.')
+  return min(blocks, key=lambda b: (max(b), b))
 
 
 def TpuPlaces(assignment: tf.tpu.experimental.DeviceAssignment,
