@@ -1,7 +1,8 @@
 """The trainer on a cluster: the cluster from the flags, worker mode, and
-training under the worker watchdog."""
+steps under the worker watchdog."""
 
-from typing import Mapping, Optional
+import contextlib
+from typing import Iterator, Mapping, Optional
 
 import tensorflow as tf
 
@@ -48,11 +49,13 @@ def RunWorker(spec_flag: str, task: int, environ: Mapping[str, str],
   worker.Serve(config, task, threads)
 
 
-def TrainOnCluster(trainer_obj, max_steps: int, config: ClusterConfig,
-                   timeout_s: float) -> None:
-  """Trains with the watchdog on; a step that fails because a worker is
-  gone ends the run as the watchdog does: one line naming the task,
-  exit status worker_watchdog.EXIT_WORKER_LOST."""
+@contextlib.contextmanager
+def Supervised(trainer_obj, config: ClusterConfig,
+               timeout_s: float) -> Iterator[None]:
+  """Runs the body (training or evaluation steps) with the worker watchdog
+  on; a step that fails because a worker is gone ends the run as the
+  watchdog does: one line naming the task, exit status
+  worker_watchdog.EXIT_WORKER_LOST."""
 
   def ResumeHint() -> str:
     newest = trainer_obj.manager.latest_checkpoint
@@ -60,12 +63,12 @@ def TrainOnCluster(trainer_obj, max_steps: int, config: ClusterConfig,
 
   with worker_watchdog.WorkerWatchdog(config, timeout_s, ResumeHint):
     try:
-      trainer_obj.Train(max_steps)
+      yield
     except (tf.errors.UnavailableError, tf.errors.AbortedError,
             tf.errors.CancelledError, tf.errors.InternalError) as e:
       cause = cluster_client.Diagnose(config, min(timeout_s, 5.0))
       first = (e.message or type(e).__name__).strip().splitlines()[0][:200]
       worker_watchdog.ExitWorkerLost(
           f'{cause or "a worker failed"}: the step failed with '
-          f'{type(e).__name__} ({first}); stopped training. Restart the '
-          f'worker(s), then the client, to resume{ResumeHint()}.')
+          f'{type(e).__name__} ({first}); stopped. Restart the worker(s), '
+          f'then the client, to resume{ResumeHint()}.')

@@ -155,16 +155,21 @@ def _ConnectCluster() -> None:
     raise _UserError(str(e)) from None
 
 
-def _Train(trainer_obj, max_steps: int) -> None:
-  """Trains; with a cluster, under the watchdog that ends the run when a
-  worker stops answering."""
+def _Supervised(trainer_obj):
+  """A context for running steps: with a cluster, the watchdog that ends
+  the run when a worker stops answering, and one line for a step that
+  fails because a worker is gone (cluster_run.Supervised)."""
+  import contextlib  # pylint: disable=g-import-not-at-top
   config = _Cluster()
   if config is None:
-    trainer_obj.Train(max_steps)
-    return
+    return contextlib.nullcontext()
   from trainer import cluster_run  # pylint: disable=g-import-not-at-top
-  cluster_run.TrainOnCluster(trainer_obj, max_steps, config,
-                               FLAGS.worker_timeout_s)
+  return cluster_run.Supervised(trainer_obj, config, FLAGS.worker_timeout_s)
+
+
+def _Train(trainer_obj, max_steps: int) -> None:
+  with _Supervised(trainer_obj):
+    trainer_obj.Train(max_steps)
 
 
 def Main(argv) -> None:
@@ -213,7 +218,8 @@ def Main(argv) -> None:
   if FLAGS.mode in ('eval', 'train_and_eval'):
     if FLAGS.mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
       raise _UserError(f'No checkpoint in {logdir!r} to evaluate; train first.')
-    trainer_obj.Eval('dev')
+    with _Supervised(trainer_obj):
+      trainer_obj.Eval('dev')
   if FLAGS.mode == 'train_and_eval':
     _Sample(trainer_obj)
 

@@ -88,7 +88,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('num_replicas', 1, 'R: copies of the K-cell pipeline, each fed '
              '1/R of the batch (R*M micro-batches in all); their gradients '
              "are summed on each variable's device (replica 0's cells) and "
-             'applied once (docs/design.md, "Pipeline replicas").')
+             'applied once (docs/design.md, "Pipeline replicas"). '
+             'Evaluation runs replica 0 alone on the whole batch.')
     p.Define('cells_per_device', 0, 'Consecutive cells (of the R*K) per '
              'device of `devices`, e.g. 2 to put 4 cells on 2 worker tasks; '
              '0: one cell per device.')

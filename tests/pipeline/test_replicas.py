@@ -9,7 +9,9 @@ from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 
-@pytest.mark.parametrize('r,k,m', [(2, 2, 2), (2, 2, 1), (4, 2, 1)])
+# make test runs R=2; R=4 (8 devices) under the slow mark.
+@pytest.mark.parametrize('r,k,m', [(2, 2, 2), (2, 2, 1),
+                                   pytest.param(4, 2, 1, marks=pytest.mark.slow)])
 def test_convnet_replicas_equal_the_unpartitioned_network(r, k, m):
   """Batch norm and dropout included: replica r's micro-batch m is
   micro-batch r*M + m of the reference (its statistics and its seed)."""

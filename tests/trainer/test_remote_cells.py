@@ -1,7 +1,7 @@
 """Cells on real worker processes train as they do on local devices.
 
-Four `--mode=worker` processes on free loopback ports (tests/worker_cluster,
-always killed, also when a test fails) serve the cells of
+Two (four for replicas) `--mode=worker` processes on free loopback ports
+(tests/worker_cluster, always killed, also when a test fails) serve the cells of
 lm.StdlibBytesTiny; a client (tests/trainer/remote_train_program) trains it
 three steps on them, and the same program trains it on local logical
 devices. Losses and final weights agree to rtol 1e-5, and the traced step
@@ -21,13 +21,6 @@ from tests import fresh_process
 from tests import transparency
 from tests import worker_cluster
 
-_NUM_WORKERS = 4
-
-
-@pytest.fixture(scope='module')
-def cluster():
-  with worker_cluster.Running(_NUM_WORKERS) as running:
-    yield running
 
 
 def _Train(out: pathlib.Path, *flags: str) -> dict:
@@ -73,8 +66,9 @@ def _AssertOnWorkers(report: dict, task_of_cell: list, slots: int = 2) -> None:
   assert kept and all(_Task(d) in set().union(*task_of_cell) for _, d in kept)
 
 
-def test_cells_on_workers_train_as_on_local_devices(cluster, tmp_path):
-  remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}')
+def test_cells_on_workers_train_as_on_local_devices(tmp_path):
+  with worker_cluster.Running(2) as cluster:
+    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}')
   assert remote['cell_devices'] == [[
       f'/job:worker/replica:0/task:{t}/device:CPU:0' for t in (0, 1)]]
   _AssertOnWorkers(remote, [{0}, {1}])
@@ -89,12 +83,16 @@ def test_cells_on_workers_train_as_on_local_devices(cluster, tmp_path):
 _MOMENTUM = "trainer.optimizer=enum('lingvo_pipe.base_experiment.OptimizerKind', 'MOMENTUM')"
 
 
-def test_replicas_on_workers_equal_one_local_pipeline(cluster, tmp_path):
-  """R=2 x K=2 over the four workers (replica r's cell k on task 2r + k,
+# make test covers R=1 on workers (above) and R=2 on local devices
+# (tests/pipeline/test_replicas.py) instead.
+@pytest.mark.slow
+def test_replicas_on_workers_equal_one_local_pipeline(tmp_path):
+  """R=2 x K=2 over four workers (replica r's cell k on task 2r + k,
   M=2 each) against R=1, M=4 on local devices: the same micro-batches of
   the same global batches, so the same losses and weights."""
-  remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}',
-                  f'--override=task.stack.pipeline.num_replicas=2; {_MOMENTUM}')
+  with worker_cluster.Running(4) as cluster:
+    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}',
+                    f'--override=task.stack.pipeline.num_replicas=2; {_MOMENTUM}')
   assert remote['cell_devices'] == [
       [f'/job:worker/replica:0/task:{t}/device:CPU:0' for t in row]
       for row in ((0, 1), (2, 3))]

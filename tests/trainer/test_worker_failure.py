@@ -192,3 +192,17 @@ def test_tf_config():
     cluster_spec.FromTfConfig('{cluster')
   with pytest.raises(ValueError, match='must map to a list'):
     cluster_spec.FromTfConfig('{"cluster": {"worker": "a:1"}}')
+
+
+def test_worker_task_from_tf_config_or_flag():
+  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  two = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}}'
+  with pytest.raises(ValueError, match=r'needs --task=T.*2 task\(s\): 0 to 1'):
+    cluster_run.RunWorker('', -1, {'TF_CONFIG': two})
+  with pytest.raises(ValueError, match='Task index 5 is out of range'):
+    cluster_run.RunWorker('', -1, {'TF_CONFIG': two[:-1] + ', "task": {"index": 5}}'})
+  with pytest.raises(ValueError, match='--mode=worker needs the cluster'):
+    cluster_run.RunWorker('', 0, {})
+  assert cluster_run.ClusterFromFlags('', {}) is None
+  assert cluster_run.ClusterFromFlags('worker=a:1', {'TF_CONFIG': two}).Tasks() == ('a:1',)
+  assert cluster_run.ClusterFromFlags('', {'TF_CONFIG': two}).Tasks() == ('localhost:1', 'localhost:2')
