@@ -89,12 +89,18 @@ def PlaceCells(num_cells: int, devices: Optional[Sequence[Device]] = None,
         'or add devices (e.g. more logical CPU devices, see '
         'tf.config.set_logical_device_configuration).')
   if check_exists:
-    known = {Device.Parse(d.name) for d in tf.config.list_logical_devices()}
-    for d in devices[:num_cells]:
-      if d.job is None and d not in known:
-        raise ValueError(f'Device {d.name!r} does not exist in this process; '
-                         f'existing devices: {sorted(k.name for k in known)}.')
+    CheckLocalDevicesExist(devices[:num_cells])
   return devices[:num_cells]
+
+
+def CheckLocalDevicesExist(devices: Sequence[Device]) -> None:
+  """Raises ValueError naming a local device (job None) that this process
+  does not have; devices of cluster jobs are not checked here."""
+  known = {Device.Parse(d.name) for d in tf.config.list_logical_devices()}
+  for d in devices:
+    if d.job is None and d not in known:
+      raise ValueError(f'Device {d.name!r} does not exist in this process; '
+                       f'existing devices: {sorted(k.name for k in known)}.')
 
 
 def DevicesNeeded(params: Any) -> int:

@@ -77,8 +77,8 @@ def PlaceReplicas(num_cells: int, num_replicas: int = 1,
         'num_replicas or the number of cells, or raise cells_per_device.')
   per = cells_per_device or 1
   flat = [devices[j // per] for j in range(num_cells * num_replicas)]
-  cluster.PlaceCells(len(set(flat)), sorted(set(flat), key=flat.index),
-                     check_exists=check_exists)
+  if check_exists:
+    cluster.CheckLocalDevicesExist(flat)
   return [flat[r * num_cells:(r + 1) * num_cells] for r in range(num_replicas)]
 
 

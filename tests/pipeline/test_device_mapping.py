@@ -84,3 +84,8 @@ def test_tpu_errors():
     device_mapping.TpuDeviceAssignment(_Topology(), num_cells=4, num_replicas=4)
   with pytest.raises(ValueError, match='3 cells do not fill whole chips of 2 cores'):
     device_mapping.TpuDeviceAssignment(_Topology(), num_cells=3)
+
+
+def test_missing_local_device():
+  with pytest.raises(ValueError, match='CPU:42.*does not exist'):
+    device_mapping.PlaceReplicas(1, 2, [Device.Parse('CPU:0'), Device.Parse('CPU:42')])
