@@ -47,3 +47,15 @@ def test_cells_per_device_and_local_default():
   assert 'replica 1: cell 0 on /job:worker/replica:0/task:1/device:CPU:0' in text
   local = inspection.ModelPlan(_Task(num_replicas=2))
   assert 'replica 1: cell 0 on /job:localhost/replica:0/task:0/device:CPU:2' in local
+
+
+def test_trainer_binary_inspects_a_cluster_without_connecting():
+  """No worker runs at these addresses: inspect_model only names them."""
+  from tests import fresh_process  # pylint: disable=g-import-not-at-top
+  plan = fresh_process.RunPython(
+      '-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny', '--mode=inspect_model',
+      '--cluster_spec=worker=localhost:1,localhost:2,localhost:3,localhost:4',
+      '--model_params_override=task.stack.pipeline.num_replicas=2').stdout
+  assert 'K=2 cells, M=2 micro-batches, R=2 replicas' in plan
+  assert re.search(r'^  1 +/job:worker/replica:0/task:1/device:CPU:0 ', plan, re.M)
+  assert 'cell 1 on /job:worker/replica:0/task:3/device:CPU:0' in plan
