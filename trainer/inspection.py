@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import planner
@@ -56,7 +57,7 @@ def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
   num_cells = len(gpipe.CellParams(p))
-  rows = planner.Plan(p.layers, p.input_shapes, budget_bytes,
+  rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_cells), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
@@ -64,35 +65,78 @@ def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
   best = planner.Recommend(rows)
   verdict = (f'K={best.num_cells} M={best.num_micro_batches} remat '
              f'{best.remat.name}' if best else 'none fits')
+  per_replica = (f'; for each of the {p.num_replicas} replicas: 1/'
+                 f'{p.num_replicas} of the batch, and the weights once per '
+                 'device (replica 0 also holds the optimizer slots and adds '
+                 'the replicas\' gradients)' if p.num_replicas > 1 else '')
   return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
           f'{optimizer_slots} optimizer slot(s); per row the device with the '
-          f'largest peak; recommended (*): {verdict}',
+          f'largest peak{per_replica}; recommended (*): {verdict}',
           planner.FormatTable(rows)]
+
+
+def _ReplicaInputShapes(p: hyperparams.Params) -> List[Any]:
+  """p.input_shapes with the batch of one replica (1/R of it) in every
+  input that is split into micro-batches: what each replica's devices see."""
+  if p.num_replicas <= 1:
+    return list(p.input_shapes)
+  shapes = layer_meta.Shapes(*p.input_shapes)
+  layout = micro_batch.Contract.FromParams(p).InputLayout(shapes)
+  if layout.batch_size % p.num_replicas:
+    raise ValueError(f'The batch of {layout.batch_size} does not split into '
+                     f'num_replicas={p.num_replicas} equal parts; use a '
+                     'batch size that R divides.')
+  out = []
+  for shape, broadcast in zip(p.input_shapes, layout.broadcast):
+    shape = list(shape)
+    if not broadcast:
+      shape[p.batch_dim] //= p.num_replicas
+    out.append(shape)
+  return out
+
+
+def _Places(p: hyperparams.Params, num_cells: int,
+            cluster_tasks: int) -> device_mapping.Places:
+  """[replica][cell] devices of pipeline params `p`, as a run would place
+  them: p.devices, else the worker tasks' or logical CPU devices."""
+  if p.devices:
+    devices = [cluster.Device.Parse(d) for d in p.devices]
+  elif cluster_tasks:
+    devices = cluster.WorkerDevices(cluster_tasks)
+  else:
+    devices = [cluster.Device(cluster.DeviceType.CPU, j) for j in range(
+        device_mapping.NumDevicesNeeded(num_cells, p.num_replicas,
+                                        p.cells_per_device))]
+  return device_mapping.PlaceReplicas(num_cells, p.num_replicas, devices,
+                                      p.cells_per_device, check_exists=False)
 
 
 def ModelPlan(task_params: hyperparams.Params,
               budget_bytes: int = DEFAULT_BUDGET_BYTES,
-              optimizer_slots: int = 0) -> str:
-  """Per pipeline: per cell its layers, parameters, FLOPs, activation bytes
-  and device, from the layers' metadata (nothing is built); then the
-  planner's table of candidate K, M and remat for `budget_bytes` per device
-  (planner.Plan, with `optimizer_slots` slots per parameter)."""
+              optimizer_slots: int = 0, cluster_tasks: int = 0) -> str:
+  """Per pipeline: per cell (and replica) its layers, parameters, FLOPs,
+  activation bytes and device, from the layers' metadata (nothing is
+  built); then the planner's table of candidate K, M and remat for
+  `budget_bytes` per device (planner.Plan, with `optimizer_slots` slots per
+  parameter). With `cluster_tasks` worker tasks, pipelines without devices
+  of their own go to the tasks' devices as they would in a run on that
+  cluster (device_mapping.DefaultDevices)."""
   lines: List[str] = []
   for path, p in _Pipelines(task_params):
     cells = gpipe.CellParams(p)
-    devices = cluster.PlaceCells(
-        len(cells), [cluster.Device.Parse(d) for d in p.devices] if p.devices else
-        [cluster.Device(cluster.DeviceType.CPU, k) for k in range(len(cells))],
-        check_exists=False)
+    places = _Places(p, len(cells), cluster_tasks)
     num_micro = _NumMicroBatches(p)
     bubble = ('unknown (micro_batch_size needs input_shapes)' if num_micro is None
               else f'{schedule.BubbleFraction(len(cells), num_micro):.1%}')
+    replicas = (f', R={p.num_replicas} replicas of 1/{p.num_replicas} of the '
+                'batch each (variables and updates on replica 0)'
+                if p.num_replicas > 1 else '')
     lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
-                 f'micro-batches, remat {p.remat.name}, bubble {bubble}')
-    lines.append(f'  {"cell":<5} {"device":<34} {"param bytes":>12} '
+                 f'micro-batches{replicas}, remat {p.remat.name}, bubble {bubble}')
+    lines.append(f'  {"cell":<5} {"device":<42} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
     shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])
-    for k, (cell, device) in enumerate(zip(cells, devices)):
+    for k, cell in enumerate(cells):
       names = [lp.name for lp in cell.sub] if 'sub' in cell else [cell.name]
       if shapes:
         meta = cell.cls.FPropMeta(cell, *shapes)
@@ -101,7 +145,10 @@ def ModelPlan(task_params: hyperparams.Params,
                 f'{_Human(meta.act_bytes):>10}')
       else:
         cost = f'{"?":>12} {"?":>8} {"?":>10}'
-      lines.append(f'  {k:<5} {device.name:<34} {cost}  {", ".join(names)}')
+      lines.append(f'  {k:<5} {places[0][k].name:<42} {cost}  {", ".join(names)}')
+    for r, row in enumerate(places[1:], start=1):
+      lines.append(f'  replica {r}: ' + ', '.join(
+          f'cell {k} on {d.name}' for k, d in enumerate(row)))
     lines.extend(_PlannerTable(p, num_micro, budget_bytes, optimizer_slots))
   if not lines:
     lines.append('The model has no PipeliningLayer: it runs on one device.')

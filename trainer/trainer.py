@@ -6,7 +6,8 @@
 Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
 (a pipeline timeline of one training step: logdir/timeline.json for
 Perfetto or chrome://tracing, logdir/timeline.png, the bubble line), decode
-(trainer/decoder.py) and export (a SavedModel, trainer/export.py). User
+(trainer/decoder.py), export (a SavedModel, trainer/export.py) and worker
+(a task of --cluster_spec serving a client's cells). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
 """
@@ -27,8 +28,10 @@ flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'eval', 'train_and_eval',
                                              'inspect_params', 'inspect_model',
-                                             'profile', 'decode', 'export'],
-                  'What to do.')
+                                             'profile', 'decode', 'export',
+                                             'worker'],
+                  'What to do. worker: serve as task --task of --cluster_spec '
+                  '(docs/several_machines.md).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\".")
 flags.DEFINE_string('model_params_file_override', '', 'A file of "key : value" '
@@ -42,6 +45,17 @@ flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
                      'pipelines need, at least 1).')
+flags.DEFINE_string('cluster_spec', '', 'The cells\' worker tasks, '
+                    '"worker=host:port,host:port" (default: TF_CONFIG\'s '
+                    'cluster, if set; empty: cells on local devices).')
+flags.DEFINE_integer('task', -1, 'With --mode=worker: this worker\'s task '
+                     'index (default: TF_CONFIG\'s task index).')
+flags.DEFINE_integer('worker_threads', 0, 'With --mode=worker: intra-op '
+                     'threads of the worker (0: TensorFlow\'s default).')
+flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run '
+                   'with an error naming the worker when one does not answer '
+                   'for this long (checked all along the run, whatever the '
+                   'step time), and wait this long for the workers to come up.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text '
@@ -82,9 +96,21 @@ def _ResolveParams():
 
 def _ConfigureDevices(params) -> None:
   """Creates logical CPU devices for the pipelines when no accelerator is
-  present (must run before TensorFlow initializes its devices)."""
+  present (must run before TensorFlow initializes its devices); with a
+  cluster, connects to its workers instead."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline import cluster
+  config = _Cluster()
+  if config is not None:
+    needed = cluster.DevicesNeeded(params.task)
+    if needed > len(config.Tasks()):
+      raise _UserError(
+          f'The model needs {needed} devices (cells x replicas / '
+          f'cells_per_device) but --cluster_spec has {len(config.Tasks())} '
+          'worker task(s); start more workers, or lower num_replicas or the '
+          'number of cells, or raise cells_per_device.')
+    _ConnectCluster()
+    return
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
     return
   wanted = FLAGS.num_logical_devices or max(cluster.DevicesNeeded(params.task),
@@ -138,16 +164,60 @@ def _DecodeOrExport(params) -> None:
     raise _UserError(str(e)) from None
 
 
+def _Cluster():
+  """The ClusterConfig of --cluster_spec or TF_CONFIG; None without."""
+  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  try:
+    return cluster_run.ClusterFromFlags(FLAGS.cluster_spec, os.environ)
+  except ValueError as e:
+    raise _UserError(str(e)) from None
+
+
+def _ConnectCluster() -> None:
+  from trainer import cluster_client  # pylint: disable=g-import-not-at-top
+  try:
+    cluster_client.Connect(_Cluster(), FLAGS.worker_timeout_s)
+  except cluster_client.WorkerUnreachableError as e:
+    raise _UserError(str(e)) from None
+
+
+def _Supervised(trainer_obj):
+  """A context for running steps: with a cluster, the watchdog that ends
+  the run when a worker stops answering, and one line for a step that
+  fails because a worker is gone (cluster_run.Supervised)."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  config = _Cluster()
+  if config is None:
+    return contextlib.nullcontext()
+  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  return cluster_run.Supervised(trainer_obj, config, FLAGS.worker_timeout_s)
+
+
+def _Train(trainer_obj, max_steps: int, after_loop=None) -> None:
+  with _Supervised(trainer_obj):
+    trainer_obj.Train(max_steps, after_loop)
+
+
 def Main(argv) -> None:
   del argv
   logging.set_verbosity(logging.WARNING)
+  if FLAGS.mode == 'worker':
+    from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+    try:
+      cluster_run.RunWorker(FLAGS.cluster_spec, FLAGS.task, os.environ,
+                              FLAGS.worker_threads)
+    except ValueError as e:
+      raise _UserError(str(e)) from None
+    return
   params = _ResolveParams()
   if FLAGS.mode == 'inspect_params':
     print(params.ToText(), end='')
     return
   if FLAGS.mode == 'inspect_model':
     from trainer import inspection  # pylint: disable=g-import-not-at-top
-    print(inspection.ModelPlan(params.task))
+    config = _Cluster()
+    print(inspection.ModelPlan(params.task, cluster_tasks=len(config.Tasks())
+                               if config else 0))
     return
   if FLAGS.mode in ('decode', 'export'):
     _DecodeOrExport(params)
@@ -181,13 +251,14 @@ def Main(argv) -> None:
       from trainer import decoder  # pylint: disable=g-import-not-at-top
       after_loop = decoder.EveryNSteps(trainer_obj, params.trainer.decode_interval_steps)
     try:
-      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps, after_loop)
+      _Train(trainer_obj, FLAGS.max_steps or params.trainer.max_steps, after_loop)
     except loop.NonFiniteLossError as e:
       raise _UserError(str(e)) from None
   if FLAGS.mode in ('eval', 'train_and_eval'):
     if FLAGS.mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
       raise _UserError(f'No checkpoint in {logdir!r} to evaluate; train first.')
-    trainer_obj.Eval('dev')
+    with _Supervised(trainer_obj):
+      trainer_obj.Eval('dev')
   if FLAGS.mode == 'train_and_eval':
     _Sample(trainer_obj)
 

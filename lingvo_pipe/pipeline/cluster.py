@@ -89,21 +89,31 @@ def PlaceCells(num_cells: int, devices: Optional[Sequence[Device]] = None,
         'or add devices (e.g. more logical CPU devices, see '
         'tf.config.set_logical_device_configuration).')
   if check_exists:
-    known = {Device.Parse(d.name) for d in tf.config.list_logical_devices()}
-    for d in devices[:num_cells]:
-      if d.job is None and d not in known:
-        raise ValueError(f'Device {d.name!r} does not exist in this process; '
-                         f'existing devices: {sorted(k.name for k in known)}.')
+    CheckLocalDevicesExist(devices[:num_cells])
   return devices[:num_cells]
 
 
+def CheckLocalDevicesExist(devices: Sequence[Device]) -> None:
+  """Raises ValueError naming a local device (job None) that this process
+  does not have; devices of cluster jobs are not checked here."""
+  known = {Device.Parse(d.name) for d in tf.config.list_logical_devices()}
+  for d in devices:
+    if d.job is None and d not in known:
+      raise ValueError(f'Device {d.name!r} does not exist in this process; '
+                       f'existing devices: {sorted(k.name for k in known)}.')
+
+
 def DevicesNeeded(params: Any) -> int:
-  """The most cells any pipeline in these (nested) params asks for."""
+  """The most devices any pipeline in these (nested) params asks for: its
+  cells times its replicas, over its cells per device."""
   found = 1
   if isinstance(params, hyperparams.Params):
     if 'num_partitions' in params and 'cell_tpl' in params:
       splits = len(params.splits) + 1 if params.splits else 0
-      found = max(found, params.num_partitions, len(params.cell_tpl), splits)
+      cells = max(params.num_partitions, len(params.cell_tpl), splits)
+      replicas = params.num_replicas if 'num_replicas' in params else 1
+      per_device = (params.cells_per_device or 1) if 'cells_per_device' in params else 1
+      found = max(found, -(-cells * max(replicas, 1) // per_device))
     for _, value in params.IterParams():
       found = max(found, DevicesNeeded(value))
   elif isinstance(params, (list, tuple)):

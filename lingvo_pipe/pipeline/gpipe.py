@@ -24,9 +24,11 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import replicas
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.remat import RematPolicy
 
@@ -78,8 +80,19 @@ class PipeliningLayer(base_layer.BaseLayer):
              'over micro-batches: auxiliary loss terms, metrics. All other '
              'outputs are concatenated along batch_dim and must have the '
              'micro-batch size there.')
-    p.Define('devices', None, 'Device names of the cells (cell k on '
-             'devices[k]); None: the local devices (cluster.LocalDevices).')
+    p.Define('devices', None, 'Device names of the cells, replica after '
+             'replica (cell k of replica r on devices[(r*K + k) // '
+             'max(cells_per_device, 1)]); None: device 0 of each worker task '
+             'when connected to a cluster, else the local devices '
+             '(device_mapping.DefaultDevices).')
+    p.Define('num_replicas', 1, 'R: copies of the K-cell pipeline, each fed '
+             '1/R of the batch (R*M micro-batches in all); their gradients '
+             "are summed on each variable's device (replica 0's cells) and "
+             'applied once (docs/design.md, "Pipeline replicas"). '
+             'Evaluation runs replica 0 alone on the whole batch.')
+    p.Define('cells_per_device', 0, 'Consecutive cells (of the R*K) per '
+             'device of `devices`, e.g. 2 to put 4 cells on 2 worker tasks; '
+             '0: one cell per device.')
     p.Define('remat', RematPolicy.PER_CELL, 'A RematPolicy.')
     p.Define('remat_last_micro_batch', False, 'With RematPolicy.PER_CELL, '
              "recompute each cell's last micro-batch too. False keeps its "
@@ -96,7 +109,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
-    self.devices = cluster.PlaceCells(len(cell_params), devices)
+    # [replica][cell]; the variables live on replica 0's devices.
+    self.replica_devices = device_mapping.PlaceReplicas(
+        len(cell_params), p.num_replicas, devices, p.cells_per_device)
+    self.devices = self.replica_devices[0]
     self.num_cells = len(cell_params)
     runners = []
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
@@ -104,6 +120,9 @@ class PipeliningLayer(base_layer.BaseLayer):
         cell = self.CreateChild(f'cell_{k}', cp)
       runners.append(cell_runner.CellRunner(cell, device.name))
     self.__dict__['_runners'] = runners
+    self.__dict__['_replica_runners'] = [runners] + [
+        [cell_runner.CellRunner(cell, d.name) for cell, d in zip(self.cells, row)]
+        for row in self.replica_devices[1:]]
 
   @property
   def cells(self) -> List[base_layer.BaseLayer]:
@@ -157,15 +176,18 @@ class PipeliningLayer(base_layer.BaseLayer):
         theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
 
   def _RunForward(self, thetas: List[NestedMap], micro_inputs: List[tuple],
-                  training: bool = False) -> Tuple[Dict[Tuple[int, int], '_Task'],
-                                                   List[NestedMap]]:
-    """Forward of every (cell, micro-batch) in schedule order.
+                  training: bool = False, replica: int = 0
+                  ) -> Tuple[Dict[Tuple[int, int], '_Task'], List[NestedMap]]:
+    """Forward of every (cell, micro-batch) of `replica` in schedule order.
 
     Returns what each (k, m) saw and produced, in training the recording of
     the forwards that the backward does not recompute, and per cell the
-    statistics summed over micro-batches on its device.
+    statistics summed over micro-batches on its device. Micro-batch m of
+    replica r has the step seed of micro-batch r*M + m.
     """
     p = self.params
+    devices = self.replica_devices[replica]
+    runners = self._replica_runners[replica]
     num_micro = len(micro_inputs)
     tasks: Dict[Tuple[int, int], _Task] = {}
     updates: List[List[NestedMap]] = [[] for _ in range(self.num_cells)]
@@ -174,19 +196,18 @@ class PipeliningLayer(base_layer.BaseLayer):
                                   schedule.Phase.FORWARD):
       k, m = task.cell, task.micro_batch
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
-      with tf.device(self.devices[k].name):
-        theta = self._MicroTheta(thetas[k], m)
+      with tf.device(devices[k].name):
+        theta = self._MicroTheta(thetas[k], replica * num_micro + m)
       decision = (remat.Decide(p.remat, p.remat_last_micro_batch, m, num_micro)
                   if training else None)
       with _After(previous.get(k)):
-        out, upd, recording = self._runners[k].Forward(theta, x, decision,
-                                                       num_micro)
+        out, upd, recording = runners[k].Forward(theta, x, decision, num_micro)
       tasks[(k, m)] = _Task(x, theta, out, decision, recording)
       updates[k].append(upd)
       previous[k] = tf.nest.flatten(out)
     summed = []
     for k in range(self.num_cells):
-      with tf.device(self.devices[k].name):
+      with tf.device(devices[k].name):
         summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
                                             *updates[k]))
     return tasks, summed
@@ -198,10 +219,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     return self._MergeOutputs(tasks, num_micro)
 
   def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
-                    num_micro: int) -> tuple:
+                    num_micro: int, replica: int = 0) -> tuple:
     last = self.num_cells - 1
     micro_size = self._contract.InputLayout(tasks[(0, 0)].inputs).batch_size
-    with tf.device(self.devices[last].name):
+    with tf.device(self.replica_devices[replica][last].name):
       return self._contract.MergeOutputs(
           [tasks[(last, m)].outputs for m in range(num_micro)], micro_size)
 
@@ -212,6 +233,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     """The training forward, with the backward as its custom gradient. The
     forward applies the cells' statistics, so its outputs are all it
     returns; tf.custom_gradient takes and returns nests."""
+    if self.params.num_replicas > 1:
+      return replicas.TrainReplicas(self, thetas, inputs, num_micro)
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
@@ -234,10 +257,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     return Pipeline(inputs, thetas)
 
   def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'],
-                   output_grads: List[Any], num_micro: int
+                   output_grads: List[Any], num_micro: int, replica: int = 0
                    ) -> Tuple[List[Any], List[Any]]:
-    """Backward of every (cell, micro-batch) in schedule order, recomputing
-    each cell on its device (or reading the recording of its forward).
+    """Backward of every (cell, micro-batch) of `replica` in schedule
+    order, recomputing each cell on its device (or reading the recording of
+    its forward).
 
     Returns the gradients of the flat pipeline inputs and, cell after cell,
     of the flat thetas summed over micro-batches on each cell's device (by
@@ -245,11 +269,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     """
     p = self.params
     last = self.num_cells - 1
-    with tf.device(self.devices[last].name):
+    devices = self.replica_devices[replica]
+    runners = self._replica_runners[replica]
+    with tf.device(devices[last].name):
       micro_dys = self._contract.SplitOutputGrads(
           tasks[(last, 0)].outputs, output_grads, num_micro)
     grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-    for runner in self._runners:
+    for runner in runners:
       runner.gradients.StartStep(num_micro)
     input_grads: List[Any] = [None] * num_micro
     previous: Dict[int, List[Any]] = {}
@@ -260,11 +286,11 @@ class PipeliningLayer(base_layer.BaseLayer):
       dy = tf.nest.pack_sequence_as(done.outputs, grads_out[(k, m)])
       with _After(previous.get(k)):
         if done.recording is not None:
-          dx = self._runners[k].BackwardFromTape(done.recording, done.inputs,
-                                                 done.outputs, dy)
+          dx = runners[k].BackwardFromTape(done.recording, done.inputs,
+                                           done.outputs, dy)
         else:
-          dx = self._runners[k].Backward(done.theta, done.inputs, dy,
-                                         done.decision, num_micro)
+          dx = runners[k].Backward(done.theta, done.inputs, dy,
+                                   done.decision, num_micro)
       previous[k] = [g for g in dx if g is not None]
       if k > 0:
         grads_out[(k - 1, m)] = [
@@ -272,9 +298,9 @@ class PipeliningLayer(base_layer.BaseLayer):
             for x, g in zip(tf.nest.flatten(done.inputs), dx)]
       else:
         input_grads[m] = dx
-    with tf.device(self.devices[0].name):
+    with tf.device(devices[0].name):
       d_inputs = self._contract.MergeInputGrads(tasks[(0, 0)].inputs, input_grads)
-    return d_inputs, [g for k, runner in enumerate(self._runners)
+    return d_inputs, [g for k, runner in enumerate(runners)
                       for g in runner.gradients.StepGradients(tasks[(k, 0)].theta)]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:

@@ -1,0 +1,209 @@
+"""Step time of a K=2 pipeline on loopback worker processes against the same
+pipeline on logical devices of one process, and the bytes its workers send.
+
+  python -m benchmarks.cluster_bench --pairs=5          # alternating, JSON
+  python -m benchmarks.cluster_bench --run=workers      # one run, JSON
+  python -m benchmarks.cluster_bench --run=local --replicas=2
+
+Each measured run is a fresh process (--run=local|workers). `workers`
+starts its own `--mode=worker` processes (one intra-op thread each) on free
+loopback ports and kills them at the end; the client connects with
+tf.config.experimental_connect_to_cluster. Bytes are TCP bytes_sent of the
+workers' sockets (`ss -tinp`), read before and after the timed steps, split
+into worker-to-worker (the pipeline's boundary tensors) and worker-to-client.
+"""
+
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum('run', '', ['', 'local', 'workers'], 'One run of this '
+                  'placement; empty: alternate both --pairs times.')
+flags.DEFINE_integer('pairs', 5, 'Alternations of local and workers runs.')
+flags.DEFINE_integer('replicas', 1, 'R pipeline replicas (R*K devices or workers).')
+flags.DEFINE_integer('k', 2, 'Cells.')
+flags.DEFINE_integer('m', 4, 'Micro-batches per replica.')
+flags.DEFINE_integer('num_layers', 16, 'Residual feed-forward blocks (ffn workload).')
+flags.DEFINE_integer('batch', 64, 'Global batch.')
+flags.DEFINE_integer('steps', 20, 'Timed steps per run.')
+flags.DEFINE_integer('warmup', 3, 'Untimed steps after the first.')
+flags.DEFINE_integer('threads', 1, 'Intra-op threads of each worker and of the '
+                     'local process.')
+flags.DEFINE_string('compare_replicas', '', 'With --run empty: alternate R=1 '
+                    'on K workers against R=2 on 2K workers instead '
+                    '("workers" or "local").')
+
+
+def _FreePorts(n: int) -> List[int]:
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(('localhost', 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+def _BytesSent(pids: Dict[int, int]) -> Dict[str, int]:
+  """bytes_sent of the worker processes' TCP sockets (`pids`: pid -> task),
+  by the process at the other end: another worker, or the client."""
+  out = subprocess.run(['ss', '-tinpH'], capture_output=True, text=True,
+                       check=True).stdout
+  sockets = []
+  owner_of_port = {}
+  for entry in re.split(r'\n(?=\S)', out):
+    owner = re.search(r'pid=(\d+)', entry)
+    addrs = re.findall(r'(?:127\.0\.0\.1|\[::1\]|\[::ffff:127\.0\.0\.1\]):(\d+)', entry)
+    if not owner or len(addrs) < 2:
+      continue
+    sent = re.search(r'bytes_sent:(\d+)', entry)
+    local, peer = int(addrs[0]), int(addrs[1])
+    owner_of_port.setdefault(local, int(owner.group(1)))
+    sockets.append((int(owner.group(1)), peer, int(sent.group(1)) if sent else 0))
+  totals = {'worker_to_worker': 0, 'worker_to_client': 0}
+  for pid, peer, sent in sockets:
+    if pid not in pids:
+      continue
+    other = owner_of_port.get(peer)
+    if other in pids and other != pid:
+      totals['worker_to_worker'] += sent
+    elif other is not None and other not in pids:
+      totals['worker_to_client'] += sent
+  return totals
+
+
+def _Run() -> dict:
+  """One measured run in this process."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from benchmarks import workloads
+  from lingvo_pipe.pipeline import cluster_spec
+  from lingvo_pipe.pipeline import gpipe
+  from trainer import cluster_client
+  num_devices = FLAGS.k * FLAGS.replicas
+  workers, pids, ports = [], {}, []
+  try:
+    if FLAGS.run == 'workers':
+      ports = _FreePorts(num_devices)
+      spec = 'worker=' + ','.join(f'localhost:{p}' for p in ports)
+      env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+      for t in range(num_devices):
+        workers.append(subprocess.Popen(
+            [sys.executable, '-m', 'trainer.trainer', '--mode=worker', f'--task={t}',
+             f'--cluster_spec={spec}', f'--worker_threads={FLAGS.threads}'],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+        pids[workers[-1].pid] = t
+      tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+      cluster_client.Connect(cluster_spec.Parse(spec), 120)
+    else:
+      cpu = tf.config.list_physical_devices('CPU')[0]
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
+      # The devices of one process share its intra-op threads: as many as
+      # the workers have together.
+      tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads * num_devices)
+    w = workloads.WORKLOADS['ffn']
+    shape = [FLAGS.batch, w.dim]
+    model = gpipe.PipeliningLayer.Params().Set(
+        name='model', num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
+        num_replicas=FLAGS.replicas, input_shapes=[shape],
+        layers=workloads.Layers(workloads.WORKLOADS['ffn'].__class__(
+            'ffn', FLAGS.num_layers, w.dim, w.hidden, 0, FLAGS.batch, 0))).Instantiate()
+    variables = list(model.trainable_variables)
+    with tf.device(model.devices[0].name):
+      x = tf.random.stateless_normal(shape, [1, 2])
+
+    @tf.function(autograph=False)
+    def Step(x):
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x)))
+      for v, g in zip(variables, tape.gradient(loss, variables)):
+        with tf.device(v.device):
+          v.assign_sub(1e-3 * tf.convert_to_tensor(g))
+      return loss
+
+    start = time.perf_counter()
+    Step(x).numpy()
+    first = time.perf_counter() - start
+    for _ in range(FLAGS.warmup):
+      Step(x).numpy()
+    before = _BytesSent(pids) if workers else {}
+    times = []
+    for _ in range(FLAGS.steps):
+      t0 = time.perf_counter()
+      Step(x).numpy()
+      times.append(time.perf_counter() - t0)
+    after = _BytesSent(pids) if workers else {}
+    boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
+    result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
+                  num_layers=FLAGS.num_layers, batch=FLAGS.batch,
+                  threads=FLAGS.threads, steps=FLAGS.steps,
+                  step_s_median=statistics.median(times), step_s_min=min(times),
+                  first_step_s=first,
+                  examples_per_s=FLAGS.batch / statistics.median(times),
+                  boundary_bytes_per_step=boundary,
+                  weight_bytes=sum(int(v.shape.num_elements()) * 4 for v in variables),
+                  tf_version=tf.__version__)
+    if workers:
+      for key in after:
+        result[f'{key}_bytes_per_step'] = (after[key] - before[key]) / FLAGS.steps
+    return result
+  finally:
+    for p in workers:
+      p.kill()
+      p.wait()
+
+
+def _Child(run: str, replicas: int) -> dict:
+  args = [sys.executable, '-m', 'benchmarks.cluster_bench', f'--run={run}',
+          f'--replicas={replicas}', f'--k={FLAGS.k}', f'--m={FLAGS.m}',
+          f'--num_layers={FLAGS.num_layers}', f'--batch={FLAGS.batch}',
+          f'--steps={FLAGS.steps}', f'--warmup={FLAGS.warmup}',
+          f'--threads={FLAGS.threads}']
+  out = subprocess.run(args, capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  if out.returncode:
+    raise RuntimeError(f'{args} failed:\n{out.stderr[-3000:]}')
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _Alternate() -> dict:
+  if FLAGS.compare_replicas:
+    configs = [(FLAGS.compare_replicas, 1), (FLAGS.compare_replicas, 2)]
+  else:
+    configs = [('local', FLAGS.replicas), ('workers', FLAGS.replicas)]
+  runs: Dict[str, List[dict]] = {f'{r}_R{n}': [] for r, n in configs}
+  for _ in range(FLAGS.pairs):
+    for run, replicas in configs:
+      runs[f'{run}_R{replicas}'].append(_Child(run, replicas))
+  (a, ra), (b, rb) = configs
+  first, second = runs[f'{a}_R{ra}'], runs[f'{b}_R{rb}']
+  ratios = [y['step_s_median'] / x['step_s_median'] for x, y in zip(first, second)]
+  summary = {
+      'compare': [f'{a}_R{ra}', f'{b}_R{rb}'], 'pairs': FLAGS.pairs,
+      'step_s_medians': {key: statistics.median(r['step_s_median'] for r in rs)
+                         for key, rs in runs.items()},
+      'examples_per_s_medians': {key: statistics.median(r['examples_per_s'] for r in rs)
+                                 for key, rs in runs.items()},
+      'ratio_second_over_first_median': statistics.median(ratios),
+      'ratios': ratios, 'runs': runs}
+  return summary
+
+
+def main(argv):
+  del argv
+  print(json.dumps(_Run() if FLAGS.run else _Alternate()), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
