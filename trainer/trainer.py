@@ -12,6 +12,7 @@ the program with one line on stderr and exit code 2, without a traceback.
 
 import os
 import sys
+import tempfile
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -70,6 +71,11 @@ def _ResolveParams():
     raise _UserError(str(e)) from None
   if FLAGS.seed >= 0:
     params.trainer.seed = FLAGS.seed
+  from trainer import param_checks  # pylint: disable=g-import-not-at-top
+  try:
+    param_checks.CheckRunParams(params, FLAGS.max_steps)
+  except param_checks.ParamRangeError as e:
+    raise _UserError(str(e)) from None
   return params
 
 
@@ -87,16 +93,45 @@ def _ConfigureDevices(params) -> None:
       cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
 
 
-def _PrepareLogdir(params) -> str:
+def _PrepareLogdir() -> str:
+  """Creates the logdir and checks that it takes files; writes nothing else."""
   logdir = FLAGS.logdir or os.path.join('/tmp/lingvo_pipe', FLAGS.model)
   try:
     os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, 'params.txt'), 'w') as f:
-      f.write(params.ToText())
+    with tempfile.NamedTemporaryFile(dir=logdir, prefix='.write_test'):
+      pass
   except OSError as e:
     raise _UserError(f'Cannot write to --logdir {logdir!r}: {e.strerror}; choose '
                      'a writable directory.') from None
   return logdir
+
+
+def _WriteParamsText(params, logdir: str) -> None:
+  """Writes logdir/params.txt whole or not at all (a temporary file renamed)."""
+  path = os.path.join(logdir, 'params.txt')
+  try:
+    with tempfile.NamedTemporaryFile('w', dir=logdir, prefix='.params.txt.',
+                                     delete=False) as f:
+      f.write(params.ToText())
+    os.replace(f.name, path)
+  except OSError as e:
+    raise _UserError(f'Cannot write {path!r}: {e.strerror}; choose a writable '
+                     '--logdir.') from None
+
+
+def _CheckEvalInput(params) -> None:
+  """Reads the dev input now, so a bad eval file fails before training."""
+  try:
+    params.dev.Instantiate()
+  except (OSError, ValueError) as e:
+    raise _UserError(f'dev input: {_Reason(e)}') from None
+
+
+def _Reason(e: Exception) -> str:
+  """One line for an input or setup error (OSError: the file and reason)."""
+  if isinstance(e, OSError) and e.strerror:
+    return f'cannot read {e.filename!r}: {e.strerror}; check the file and its permissions.'
+  return str(e)
 
 
 def _Sample(trainer_obj) -> None:
@@ -124,13 +159,16 @@ def Main(argv) -> None:
     from trainer import inspection  # pylint: disable=g-import-not-at-top
     print(inspection.ModelPlan(params.task))
     return
-  logdir = _PrepareLogdir(params)
+  logdir = _PrepareLogdir()
   _ConfigureDevices(params)
   from trainer import loop  # pylint: disable=g-import-not-at-top
+  if FLAGS.mode in ('eval', 'train_and_eval'):
+    _CheckEvalInput(params)
   try:
     trainer_obj = loop.Trainer(params, logdir)
-  except (FileNotFoundError, ValueError) as e:
-    raise _UserError(str(e)) from None
+  except (OSError, ValueError) as e:
+    raise _UserError(_Reason(e)) from None
+  _WriteParamsText(params, logdir)
   trainer_obj.Restore()
   if FLAGS.mode == 'profile':
     from trainer import profiling  # pylint: disable=g-import-not-at-top
