@@ -2,7 +2,7 @@
 with the command line's overrides applied."""
 
 import re
-from typing import Iterator
+from typing import Iterator, List
 
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
@@ -30,7 +30,8 @@ def ExperimentParams(experiment: base_experiment.BaseExperiment) -> hyperparams.
 def SplitOverrides(overrides: str) -> Iterator[str]:
   """Yields the non-blank items of "a=1; b='x;y'": split at each ';' outside
   quotes (a backslash escapes the next character inside quotes)."""
-  item, quote, escaped = [], '', False
+  item: List[str] = []
+  quote, escaped = '', False
   for char in overrides:
     if escaped:
       escaped = False
