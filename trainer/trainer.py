@@ -14,7 +14,10 @@ import os
 import sys
 import tempfile
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow's C++ log lines stay off the terminal unless the user sets
+# TF_CPP_MIN_LOG_LEVEL or passes --tf_cpp_logs (see _QuietCppLogs).
+_USER_TF_CPP_MIN_LOG_LEVEL = os.environ.get('TF_CPP_MIN_LOG_LEVEL', '')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -42,6 +45,9 @@ flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
                      'pipelines need, at least 1).')
+flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines "
+                  '(INFO and up). Without it only FATAL ones show, or those '
+                  'at and above TF_CPP_MIN_LOG_LEVEL when that is set.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 
@@ -148,8 +154,22 @@ def _Sample(trainer_obj) -> None:
   print(f'--- prompt (last 80 bytes) ---\n{prompt[-80:]}\n--- sample ---\n{text}\n---')
 
 
+def _QuietCppLogs() -> None:
+  """Filters TensorFlow's C++ log lines below the level the user chose
+  (--tf_cpp_logs: all; else TF_CPP_MIN_LOG_LEVEL if set; else FATAL only)."""
+  from trainer import quiet_logs  # pylint: disable=g-import-not-at-top
+  level = 3
+  if FLAGS.tf_cpp_logs:
+    level = 0
+  elif _USER_TF_CPP_MIN_LOG_LEVEL.strip().isdigit():
+    level = min(int(_USER_TF_CPP_MIN_LOG_LEVEL), 3)
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = str(level)
+  quiet_logs.FilterCppLogs(level)
+
+
 def Main(argv) -> None:
   del argv
+  _QuietCppLogs()
   logging.set_verbosity(logging.WARNING)
   params = _ResolveParams()
   if FLAGS.mode == 'inspect_params':
