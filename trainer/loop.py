@@ -16,6 +16,7 @@ from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
+from trainer import checkpoints
 from trainer import optimizers
 
 
@@ -45,21 +46,32 @@ class Trainer:
     self.checkpoint = tf.train.Checkpoint(
         model=self.task, optimizer=self.optimizer, global_step=self.global_step,
         train_iterator=self.train_iterator)
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(logdir, 'checkpoints'),
-        max_to_keep=self.tp.max_checkpoints_to_keep,
-        keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
+    self.checkpoint_dir = os.path.join(logdir, 'checkpoints')
+    self.manager = self._NewManager()
     self._train_loop = tf.function(self._TrainLoop, autograph=False)
     self._eval_step = tf.function(self._EvalStep, autograph=False)
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
   # --- checkpoints ------------------------------------------------------------
 
+  def _NewManager(self) -> tf.train.CheckpointManager:
+    """A manager reading the state file as it is on disk now."""
+    return tf.train.CheckpointManager(
+        self.checkpoint, self.checkpoint_dir,
+        max_to_keep=self.tp.max_checkpoints_to_keep,
+        keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
+
   def Restore(self) -> Optional[str]:
-    """Restores the newest complete checkpoint, if any; returns its path."""
-    path = self.manager.latest_checkpoint
+    """Restores the newest readable checkpoint, if any, falling back past
+    damaged ones (see checkpoints.py); returns its path.
+
+    Raises:
+      checkpoints.CheckpointError: if checkpoints exist but none is readable.
+    """
+    path = checkpoints.RestoreNewestReadable(self.checkpoint, self.checkpoint_dir,
+                                             self.log)
+    self.manager = self._NewManager()
     if path:
-      self.checkpoint.restore(path).expect_partial()
       self.log(f'Restored {path} at step {int(self.global_step.numpy())}.')
     return path
 

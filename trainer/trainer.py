@@ -181,15 +181,19 @@ def Main(argv) -> None:
     return
   logdir = _PrepareLogdir()
   _ConfigureDevices(params)
-  from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import checkpoints  # pylint: disable=g-import-not-at-top
+  from trainer import loop
   if FLAGS.mode in ('eval', 'train_and_eval'):
     _CheckEvalInput(params)
   try:
     trainer_obj = loop.Trainer(params, logdir)
   except (OSError, ValueError) as e:
     raise _UserError(_Reason(e)) from None
+  try:
+    trainer_obj.Restore()
+  except checkpoints.CheckpointError as e:
+    raise _UserError(str(e)) from None
   _WriteParamsText(params, logdir)
-  trainer_obj.Restore()
   if FLAGS.mode == 'profile':
     from trainer import profiling  # pylint: disable=g-import-not-at-top
     try:
