@@ -45,11 +45,22 @@ def _QuietTfLogger() -> Iterator[None]:
 
 def CleanLeftovers(directory: str) -> List[str]:
   """Removes what an interrupted save leaves: `<prefix>_temp` directories
-  (sharded writes) and `checkpoint.tmp*` files (the state file's atomic
-  write). Returns the names removed."""
+  (sharded writes) with the files of `<prefix>` itself (a merge cut short),
+  `checkpoint.tmp*` files (the state file's atomic write), and checkpoints
+  newer than the newest the state file records (never recorded, so never
+  known to be whole). Returns the names removed."""
+  paths = glob.glob(os.path.join(directory, '*_temp*')) + glob.glob(
+      os.path.join(directory, STATE_FILE + '.tmp*'))
+  for temp in glob.glob(os.path.join(directory, '*_temp')):
+    paths += _Files(temp[:-len('_temp')])
+  state = _State(directory)
+  if state is not None and state.model_checkpoint_path:
+    newest = _Number(state.model_checkpoint_path)
+    for prefix in OnDisk(directory):
+      if newest is not None and (_Number(prefix) or 0) > newest:
+        paths += _Files(prefix)
   removed = []
-  for path in (glob.glob(os.path.join(directory, '*_temp*')) +
-               glob.glob(os.path.join(directory, STATE_FILE + '.tmp*'))):
+  for path in sorted(set(paths)):
     if not os.path.lexists(path):
       continue
     if os.path.isdir(path) and not os.path.islink(path):
@@ -57,7 +68,18 @@ def CleanLeftovers(directory: str) -> List[str]:
     else:
       os.remove(path)
     removed.append(os.path.basename(path))
-  return sorted(set(removed))
+  return removed
+
+
+def _Files(prefix: str) -> List[str]:
+  """The files of checkpoint `prefix` (not those set aside as damaged)."""
+  return [f for f in glob.glob(glob.escape(prefix) + '.*')
+          if not f.endswith(DAMAGED_SUFFIX)]
+
+
+def _Number(prefix: str) -> Optional[int]:
+  match = re.search(r'-(\d+)$', prefix)
+  return int(match.group(1)) if match else None
 
 
 def OnDisk(directory: str) -> List[str]:
@@ -99,7 +121,7 @@ def RepairState(directory: str, log: Callable[[str], None]) -> None:
     what = f'unreadable (kept as {STATE_FILE}{DAMAGED_SUFFIX})'
   now = time.time()
   _WriteState(directory, on_disk, [now] * len(on_disk), now)
-  log(f'Checkpoint state file in {directory} was {what}; rebuilt it from the '
+  log(f'The checkpoint state file in {directory} was {what}; rebuilt it from the '
       f'{len(on_disk)} checkpoint(s) on disk, newest '
       f'{os.path.basename(on_disk[-1])}.')
 
@@ -130,9 +152,8 @@ def _Reason(e: Exception) -> str:
 
 def _SetAside(path: str) -> None:
   """Renames the files of checkpoint prefix `path` to `*.damaged`."""
-  for name in glob.glob(glob.escape(path) + '.*'):
-    if not name.endswith(DAMAGED_SUFFIX):
-      os.replace(name, name + DAMAGED_SUFFIX)
+  for name in _Files(path):
+    os.replace(name, name + DAMAGED_SUFFIX)
 
 
 def RestoreNewestReadable(checkpoint: tf.train.Checkpoint, directory: str,

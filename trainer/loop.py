@@ -39,6 +39,9 @@ class Trainer:
     self.task = params.task.Instantiate()
     self.variables = list(self.task.trainable_variables)
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    # Set (e.g. by signals.GracefulStop) to end the loop before its next
+    # step; not checkpointed.
+    self.stop_requested = tf.Variable(False, trainable=False, name='stop_requested')
     self.learning_rate = optimizers.LearningRate(self.tp, self.global_step)
     self.optimizer = optimizers.Optimizer(self.tp, self.learning_rate)
     self.train_input = params.train.Instantiate()
@@ -113,7 +116,9 @@ class Trainer:
 
     def Cond(i, loss_sum, norm, skipped, stop):
       del loss_sum, norm, skipped
-      return tf.logical_and(i < num_steps, tf.logical_not(stop))
+      return tf.logical_and(
+          i < num_steps,
+          tf.logical_not(tf.logical_or(stop, self.stop_requested.read_value())))
 
     def Body(i, loss_sum, norm, skipped, stop):
       del norm, stop
@@ -127,15 +132,24 @@ class Trainer:
     return tf.while_loop(Cond, Body, [tf.constant(0), zero, zero, tf.constant(0),
                                       tf.constant(False)])
 
-  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> None:
-    """Trains until global step max_steps, a loop of steps at a time."""
+  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> bool:
+    """Trains until global step max_steps, a loop of steps at a time.
+
+    Returns:
+      False if stop_requested ended the run early (after the step under way
+      and a checkpoint at the step reached), else True.
+    """
     tp = self.tp
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
-        break
+        return True
+      if bool(self.stop_requested.numpy()):
+        if self.manager.latest_checkpoint != self._CheckpointPath(step):
+          self.manager.save(checkpoint_number=step)
+        return False
       todo = min(tp.steps_per_loop, max_steps - step)
       start = time.perf_counter()
       ran, loss_sum, norm, skipped, stop = self._train_loop(tf.constant(todo))
@@ -147,15 +161,20 @@ class Trainer:
             f'Non-finite loss or gradients at step {step}; stopped without '
             'applying it (on_nonfinite=STOP). The last checkpoint is '
             f'{self.manager.latest_checkpoint}.')
-      loss = float(loss_sum) / max(ran - skipped, 1)
-      self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
-                      elapsed / max(ran, 1))
-      self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                     elapsed / max(ran, 1), skipped)
-      if tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or step >= max_steps:
+      if ran:
+        loss = float(loss_sum) / max(ran - skipped, 1)
+        self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
+                        elapsed / ran)
+        self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
+                       elapsed / ran, skipped)
+      if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
+          step >= max_steps or bool(self.stop_requested.numpy())):
         self.manager.save(checkpoint_number=step)
       if after_loop is not None:
         after_loop()
+
+  def _CheckpointPath(self, step: int) -> str:
+    return os.path.join(self.checkpoint_dir, f'ckpt-{step}')
 
   def _Summaries(self, writer, step: int, loss: float, norm: float,
                  examples_per_sec: float, step_time: float) -> None:

@@ -167,6 +167,25 @@ def _QuietCppLogs() -> None:
   quiet_logs.FilterCppLogs(level)
 
 
+def _TrainUntilDoneOrStopped(trainer_obj, max_steps: int) -> None:
+  """Trains; SIGTERM or SIGINT end the run after the step under way with a
+  checkpoint at that step, exit status 128 + the signal number."""
+  from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import signals
+  with signals.GracefulStop(trainer_obj.stop_requested) as stop:
+    try:
+      done = trainer_obj.Train(max_steps)
+    except loop.NonFiniteLossError as e:
+      raise _UserError(str(e)) from None
+  if not done:
+    signum = stop.signum or signals.signal.SIGTERM
+    step = int(trainer_obj.global_step.numpy())
+    print(f'Stopped by {signals.signal.Signals(signum).name} at step {step}; saved '
+          f'{trainer_obj.manager.latest_checkpoint}. Run the same command to resume.',
+          flush=True)
+    sys.exit(128 + signum)
+
+
 def Main(argv) -> None:
   del argv
   _QuietCppLogs()
@@ -204,10 +223,7 @@ def Main(argv) -> None:
           f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}')
     return
   if FLAGS.mode in ('train', 'train_and_eval'):
-    try:
-      trainer_obj.Train(FLAGS.max_steps or params.trainer.max_steps)
-    except loop.NonFiniteLossError as e:
-      raise _UserError(str(e)) from None
+    _TrainUntilDoneOrStopped(trainer_obj, FLAGS.max_steps or params.trainer.max_steps)
   if FLAGS.mode in ('eval', 'train_and_eval'):
     if FLAGS.mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
       raise _UserError(f'No checkpoint in {logdir!r} to evaluate; train first.')

@@ -104,14 +104,17 @@ def test_damaged_or_missing_state_file_is_rebuilt(trained, tmp_path, state):
 
 def test_leftovers_of_an_interrupted_save_are_removed(trained, tmp_path):
   logdir, ckpt = _Copy(trained, tmp_path)
-  (ckpt / 'ckpt-6_temp').mkdir()
+  (ckpt / 'ckpt-6_temp').mkdir()  # a save of ckpt-6 cut short while merging
   (ckpt / 'ckpt-6_temp' / 'part-00000-of-00001.index').write_bytes(b'partial')
+  (ckpt / 'ckpt-6.index').write_bytes(b'partial')
   (ckpt / 'checkpoint.tmp0123abcd').write_text('partial')
+  for name in ('ckpt-4.index', 'ckpt-4.data-00000-of-00001'):  # whole, never recorded
+    shutil.copy(ckpt / name, ckpt / name.replace('4', '8'))
   lines = []
   trainer = _Trainer(logdir, lines)
   assert trainer.Restore() == str(ckpt / 'ckpt-4')
   assert lines[0] == ('Removed leftovers of an interrupted save: checkpoint.tmp0123abcd, '
-                      'ckpt-6_temp.')
+                      'ckpt-6.index, ckpt-6_temp, ckpt-8.data-00000-of-00001, ckpt-8.index.')
   assert sorted(os.listdir(ckpt)) == ['checkpoint', 'ckpt-2.data-00000-of-00001',
                                       'ckpt-2.index', 'ckpt-4.data-00000-of-00001',
                                       'ckpt-4.index']
