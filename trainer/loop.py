@@ -148,7 +148,7 @@ class Trainer:
         return True
       if bool(self.stop_requested.numpy()):
         if self.manager.latest_checkpoint != self._CheckpointPath(step):
-          self.manager.save(checkpoint_number=step)
+          self._Save(step)
         return False
       todo = min(tp.steps_per_loop, max_steps - step)
       start = time.perf_counter()
@@ -164,22 +164,39 @@ class Trainer:
       if ran:
         loss = float(loss_sum) / max(ran - skipped, 1)
         self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
-                        elapsed / ran)
+                        elapsed / ran, skipped)
         self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
                        elapsed / ran, skipped)
       if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
           step >= max_steps or bool(self.stop_requested.numpy())):
-        self.manager.save(checkpoint_number=step)
+        self._Save(step)
       if after_loop is not None:
         after_loop()
 
   def _CheckpointPath(self, step: int) -> str:
     return os.path.join(self.checkpoint_dir, f'ckpt-{step}')
 
+  def _Save(self, step: int) -> None:
+    """Saves a checkpoint at step, unless a weight or optimizer slot is not
+    finite: a checkpoint never holds NaN or inf.
+
+    Raises:
+      NonFiniteLossError: naming the step and the first non-finite variables.
+    """
+    bad = [v.name for v in list(self.task.variables) + list(self.optimizer.variables())
+           if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v)))]
+    if bad:
+      raise NonFiniteLossError(
+          f'Non-finite values in {", ".join(bad[:3])}{" ..." if len(bad) > 3 else ""} '
+          f'at step {step}; not saved (a checkpoint never holds NaN or inf). The '
+          f'last checkpoint is {self.manager.latest_checkpoint}.')
+    self.manager.save(checkpoint_number=step)
+
   def _Summaries(self, writer, step: int, loss: float, norm: float,
-                 examples_per_sec: float, step_time: float) -> None:
+                 examples_per_sec: float, step_time: float, skipped: int) -> None:
     with writer.as_default(step=step):
       tf.summary.scalar('loss', loss)
+      tf.summary.scalar('nonfinite_steps_skipped', skipped)  # in this loop
       tf.summary.scalar('learning_rate', self.learning_rate())
       tf.summary.scalar('grad_norm', norm)
       tf.summary.scalar('examples_per_sec', examples_per_sec)
