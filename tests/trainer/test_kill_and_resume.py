@@ -46,12 +46,14 @@ def _KillOnce(logdir, max_steps, during_write, rng, report):
     restored = child.WaitFor(lambda: any(l.startswith(('Restored', 'step ')) for l in child.lines),
                              timeout_s=300)
     assert restored or child.process.poll() is not None, child.lines
+    # The save after the progress line of a random step ahead, or a random
+    # moment after that line.
+    target = child.RestoredStep() + SPL * rng.randint(1, 3)
+    child.WaitFor(lambda: child.LastStep() >= target, timeout_s=300, poll_s=0.0005)
     if during_write:
-      caught = child.WaitFor(lambda: _Writing(ckpt_dir), timeout_s=300, poll_s=0.0005)
+      caught = child.WaitFor(lambda: _Writing(ckpt_dir), timeout_s=60, poll_s=0.0005)
     else:
-      target = child.RestoredStep() + SPL * rng.randint(1, 2)
-      child.WaitFor(lambda: child.LastStep() >= target, timeout_s=300)
-      time.sleep(rng.uniform(0, 0.3))
+      time.sleep(rng.uniform(0, 0.5))
       caught = child.process.poll() is None
     child.Kill()
   finally:
