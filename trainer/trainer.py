@@ -8,6 +8,8 @@ Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
 Perfetto or chrome://tracing, logdir/timeline.png, the bubble line). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
+SIGTERM and SIGINT end training after the step under way with a checkpoint
+at that step (exit code 128 + the signal); see docs/reliability.md.
 """
 
 import os
