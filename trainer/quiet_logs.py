@@ -11,11 +11,12 @@ terminal directly, so the program's own messages never wait on the thread.
 
 import atexit
 import io
+import logging
 import os
 import re
 import sys
 import threading
-from typing import Optional
+from typing import Any, List, Optional
 
 # Severity letter of a C++ log line (absl/TensorFlow format) -> level, the
 # TF_CPP_MIN_LOG_LEVEL scale: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL.
@@ -48,7 +49,6 @@ class _Filter:
     self.thread.start()
 
   def _Run(self) -> None:
-    level: Optional[int] = None  # of the log line being continued, if any
     with io.open(self.read_end, 'rb', buffering=0) as pipe:
       pending = b''
       while True:
@@ -57,10 +57,13 @@ class _Filter:
           break
         pending += chunk
         *lines, pending = pending.split(b'\n')
+        # A multi-line log message comes in one write: only lines read with
+        # its first line continue it (and share its level).
+        level: Optional[int] = None
         for line in lines:
           level = self._Pass(line + b'\n', level)
       if pending:
-        self._Pass(pending, level)
+        self._Pass(pending, None)
 
   def _Pass(self, line: bytes, level: Optional[int]) -> Optional[int]:
     """Writes line unless it is (the continuation of) a quiet log line;
@@ -93,7 +96,23 @@ def FilterCppLogs(min_level: int) -> None:
                      'TF_CPP_MIN_LOG_LEVEL scale).')
   sys.stderr.flush()
   log_filter = _Filter(min_level)
+  old_stderr = sys.stderr
   sys.stderr = io.TextIOWrapper(io.FileIO(os.dup(log_filter.terminal), 'w'),
                                 encoding=sys.stderr.encoding,
                                 errors='backslashreplace', line_buffering=True)
+  # Logging handlers made earlier (absl's) hold the old stream: point them
+  # at the terminal too, so only C-level writes pass the filter.
+  for handler in _StreamHandlers():
+    if getattr(handler, 'stream', None) is old_stderr:
+      handler.setStream(sys.stderr)
   atexit.register(log_filter.Close)
+
+
+def _StreamHandlers() -> List[logging.StreamHandler]:
+  """The logging handlers of the root logger and absl's, if absl is used."""
+  handlers: List[Any] = list(logging.getLogger().handlers)
+  absl_logging = sys.modules.get('absl.logging')
+  if absl_logging is not None:
+    absl_handler = absl_logging.get_absl_handler()
+    handlers += [absl_handler, getattr(absl_handler, 'python_handler', None)]
+  return [h for h in handlers if isinstance(h, logging.StreamHandler)]

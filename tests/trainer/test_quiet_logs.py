@@ -36,3 +36,21 @@ def test_flag_and_environment_bring_the_lines_back(tmp_path):
   env = fresh_process.RunPython(*_ARGS, f'--logdir={tmp_path}',
                                 env={'TF_CPP_MIN_LOG_LEVEL': '0'}, check=False)
   assert any(quiet_logs.LineLevel(l.encode()) == 0 for l in env.stderr.splitlines()), env.stderr
+
+
+def test_filter_hides_log_messages_only_and_keeps_other_writes():
+  script = (
+      'import os, sys, time\n'
+      'from absl import logging\n'
+      'from trainer import quiet_logs\n'
+      'quiet_logs.FilterCppLogs(3)\n'
+      "os.write(2, b'I0000 00:00:1.2 5 x.cc:1] hidden\\nits second line\\n')\n"
+      'time.sleep(0.2)\n'
+      "os.write(2, b'a later C-level write\\n')\n"
+      "print('python stderr', file=sys.stderr)\n"
+      "logging.warning('absl warning')\n"
+      "os.write(2, b'E0000 00:00:1.2 5 x.cc:1] hidden error\\nF0000 00:00:1.2 5 x.cc:1] fatal\\n')\n")
+  result = fresh_process.RunPython('-c', script, timeout_s=60)
+  assert sorted(result.stderr.splitlines()) == sorted([
+      'a later C-level write', 'python stderr', 'WARNING:absl:absl warning',
+      'F0000 00:00:1.2 5 x.cc:1] fatal']), result.stderr
