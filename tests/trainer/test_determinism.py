@@ -7,6 +7,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from lingvo_pipe import base_experiment
@@ -43,6 +44,8 @@ def _LossCurve(logdir, overrides, copy_weights_from=None):
   return np.array([losses[s] for s in sorted(losses)]), trainer
 
 
+@pytest.mark.slow  # make test: test_kill_and_resume_short checks that a run
+# equals an independent run with the same seed bitwise, in its final state.
 def test_same_seed_gives_bitwise_equal_loss_curves(tmp_path):
   a, _ = _LossCurve(tmp_path / 'a', 'trainer.steps_per_loop=1')
   b, _ = _LossCurve(tmp_path / 'b', 'trainer.steps_per_loop=1')

@@ -98,7 +98,7 @@ def _KillAndResume(tmp_path, reference, max_steps, kills, seed):
 
 
 def test_kill_and_resume_short(tmp_path, reference12):
-  _KillAndResume(tmp_path, reference12, 12, kills=2, seed=1)
+  _KillAndResume(tmp_path, reference12, 12, kills=2, seed=7)  # aims at steps 4, then 2 ahead
 
 
 @pytest.mark.slow  # make test runs test_kill_and_resume_short (2 kills).
