@@ -24,8 +24,8 @@ def _Reference(tmp_path_factory, max_steps):
 
 
 @pytest.fixture(scope='module')
-def reference12(tmp_path_factory):
-  return _Reference(tmp_path_factory, 12)
+def reference20(tmp_path_factory):
+  return _Reference(tmp_path_factory, 20)
 
 
 def _Writing(ckpt_dir):
@@ -53,7 +53,7 @@ def _KillOnce(logdir, max_steps, during_write, rng, report):
     if during_write:
       caught = child.WaitFor(lambda: _Writing(ckpt_dir), timeout_s=60, poll_s=0.0005)
     else:
-      time.sleep(rng.uniform(0, 0.5))
+      time.sleep(rng.uniform(0, 0.05))  # within the next loop of fast steps
       caught = child.process.poll() is None
     child.Kill()
   finally:
@@ -97,8 +97,8 @@ def _KillAndResume(tmp_path, reference, max_steps, kills, seed):
   return report
 
 
-def test_kill_and_resume_short(tmp_path, reference12):
-  _KillAndResume(tmp_path, reference12, 12, kills=2, seed=7)  # aims at steps 4, then 2 ahead
+def test_kill_and_resume_short(tmp_path, reference20):
+  _KillAndResume(tmp_path, reference20, 20, kills=2, seed=7)  # aims at steps 4, then 2 ahead
 
 
 @pytest.mark.slow  # make test runs test_kill_and_resume_short (2 kills).
@@ -111,9 +111,9 @@ def test_kill_and_resume_long(tmp_path, tmp_path_factory):
     signal.SIGTERM,
     # make test stops by SIGTERM; both signals share one handler.
     pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
-def test_graceful_stop_saves_the_step_reached_and_resumes(tmp_path, reference12, signum):
+def test_graceful_stop_saves_the_step_reached_and_resumes(tmp_path, reference20, signum):
   logdir = str(tmp_path / 'stopped')
-  child = harness.Child(harness.TrainerArgs(logdir, 12, SPL))
+  child = harness.Child(harness.TrainerArgs(logdir, 20, SPL))
   try:
     assert child.WaitFor(lambda: child.LastStep() >= 2, timeout_s=300), child.lines
     sent = time.monotonic()
@@ -126,14 +126,14 @@ def test_graceful_stop_saves_the_step_reached_and_resumes(tmp_path, reference12,
   assert code == 128 + signum, (code, child.lines, child.Stderr())
   assert len(stopped) == 1 and signal.Signals(signum).name in stopped[0], child.lines
   step = int(stopped[0].split(' at step ')[1].split(';')[0])
-  assert 2 <= step < 12
+  assert 2 <= step < 20
   assert stopped[0].endswith(f'ckpt-{step}. Run the same command to resume.')
   print(f'graceful stop by {signal.Signals(signum).name}: signal to exit {delay:.2f} s, '
         f'stopped at step {step}')
   assert delay < 60  # the grace period (generous: the machine is shared)
-  resumed = harness.RunToEnd(harness.TrainerArgs(logdir, 12, SPL))
+  resumed = harness.RunToEnd(harness.TrainerArgs(logdir, 20, SPL))
   assert any(l.startswith('Restored') and l.endswith(f'at step {step}.')
              for l in resumed.lines), resumed.lines
-  ckpt = 'checkpoints/ckpt-12'
-  harness.AssertBitwiseEqual(harness.CheckpointTensors(os.path.join(reference12, ckpt)),
+  ckpt = 'checkpoints/ckpt-20'
+  harness.AssertBitwiseEqual(harness.CheckpointTensors(os.path.join(reference20, ckpt)),
                              harness.CheckpointTensors(os.path.join(logdir, ckpt)))
