@@ -23,7 +23,7 @@ setuptools.setup(
         'tensorboard',  # tf.summary writes through it
         'matplotlib',  # the timeline's PNG Gantt chart
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist', 'mypy']},
+    extras_require={'test': ['pytest', 'pytest-xdist', 'mypy', 'hypothesis']},
     entry_points={
         'console_scripts': ['lingvo_pipe_trainer=trainer.trainer:Run'],
     },

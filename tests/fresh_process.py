@@ -24,7 +24,8 @@ def RunPython(*args: str, env: Optional[Dict[str, str]] = None,
   the command, the status and the last lines of stderr and stdout.
   """
   command = [sys.executable, *args]
-  full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='3', **(env or {}))
+  full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='3')
+  full_env.update(env or {})
   try:
     result = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True,
                             text=True, timeout=timeout_s)

@@ -20,6 +20,7 @@ RULES = ('py_library', 'py_test', 'py_binary')
 # Top-level import name -> Bazel label of the pip package that provides it.
 THIRD_PARTY = {
     'absl': '@pypi//absl_py',
+    'hypothesis': '@pypi//hypothesis',
     'lingvo': '@pypi//lingvo',  # only benchmarks/lingvo_peer, run in its own venv
     'matplotlib': '@pypi//matplotlib',
     'numpy': '@pypi//numpy',

@@ -2,11 +2,14 @@
 with the command line's overrides applied."""
 
 import re
+from typing import Iterator, List
 
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import params_text
 
-_OVERRIDE = re.compile(r'^\s*([a-z_][a-z0-9_.]*)\s*=\s*(.+?)\s*$')
+_OVERRIDE = re.compile(r'^\s*([a-z_][a-z0-9_.]*)\s*=\s*(.+?)\s*$', re.DOTALL)
+_QUOTES = ('"', "'")
 
 
 class UsageError(ValueError):
@@ -24,18 +27,63 @@ def ExperimentParams(experiment: base_experiment.BaseExperiment) -> hyperparams.
   return p
 
 
+def SplitOverrides(overrides: str) -> Iterator[str]:
+  """Yields the non-blank items of "a=1; b='x;y'": split at each ';' outside
+  quotes (a backslash escapes the next character inside quotes)."""
+  item: List[str] = []
+  quote, escaped = '', False
+  for char in overrides:
+    if escaped:
+      escaped = False
+    elif quote and char == '\\':
+      escaped = True
+    elif quote:
+      quote = '' if char == quote else quote
+    elif char in _QUOTES:
+      quote = char
+    elif char == ';':
+      if ''.join(item).strip():
+        yield ''.join(item)
+      item = []
+      continue
+    item.append(char)
+  if ''.join(item).strip():
+    yield ''.join(item)
+
+
 def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
   """Applies "a.b=1; c.d='x'" (values in the Params text form).
+
+  A string param also takes its value unquoted, as users type it
+  (train.file_pattern=/data/*.txt); quoted text is read as a literal.
 
   Raises:
     UsageError: for a malformed item, an unknown key or a wrong type.
   """
-  for item in filter(str.strip, overrides.split(';')):
+  for item in SplitOverrides(overrides):
     match = _OVERRIDE.match(item)
     if not match:
       raise UsageError(f'Override {item.strip()!r} is not "key=value" (e.g. '
                        "trainer.max_steps=100; task.name='lm').")
+    key, value_text = match.group(1), match.group(2)
     try:
-      params.FromText(f'{match.group(1)} : {match.group(2)}')
-    except (AttributeError, TypeError, ValueError) as e:
+      current = params.Get(key)
+    except AttributeError as e:
       raise UsageError(f'Override {item.strip()!r}: {e}') from None
+    if isinstance(current, str) and not _ReadsAsString(value_text):
+      value_text = repr(value_text)
+    try:
+      params.SetValueText(key, value_text, where=f'Override {item.strip()!r}')
+    except hyperparams.ParamsTextError as e:
+      raise UsageError(str(e)) from None
+
+
+def _ReadsAsString(value_text: str) -> bool:
+  """Whether the text is a quoted string (or malformed quoted text, which
+  then fails as such) rather than bare text meant as the string itself."""
+  if value_text.startswith(_QUOTES):
+    return True
+  try:
+    return isinstance(params_text.Decode(value_text, lambda *_: None), str)
+  except (ValueError, TypeError, AttributeError):
+    return False

@@ -16,6 +16,7 @@ from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
+from trainer import checkpoints
 from trainer import optimizers
 
 
@@ -38,6 +39,9 @@ class Trainer:
     self.task = params.task.Instantiate()
     self.variables = list(self.task.trainable_variables)
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    # Set (e.g. by signals.GracefulStop) to end the loop before its next
+    # step; not checkpointed.
+    self.stop_requested = tf.Variable(False, trainable=False, name='stop_requested')
     self.learning_rate = optimizers.LearningRate(self.tp, self.global_step)
     self.optimizer = optimizers.Optimizer(self.tp, self.learning_rate)
     self.train_input = params.train.Instantiate()
@@ -45,21 +49,32 @@ class Trainer:
     self.checkpoint = tf.train.Checkpoint(
         model=self.task, optimizer=self.optimizer, global_step=self.global_step,
         train_iterator=self.train_iterator)
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(logdir, 'checkpoints'),
-        max_to_keep=self.tp.max_checkpoints_to_keep,
-        keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
+    self.checkpoint_dir = os.path.join(logdir, 'checkpoints')
+    self.manager = self._NewManager()
     self._train_loop = tf.function(self._TrainLoop, autograph=False)
     self._eval_step = tf.function(self._EvalStep, autograph=False)
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
   # --- checkpoints ------------------------------------------------------------
 
+  def _NewManager(self) -> tf.train.CheckpointManager:
+    """A manager reading the state file as it is on disk now."""
+    return tf.train.CheckpointManager(
+        self.checkpoint, self.checkpoint_dir,
+        max_to_keep=self.tp.max_checkpoints_to_keep,
+        keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
+
   def Restore(self) -> Optional[str]:
-    """Restores the newest complete checkpoint, if any; returns its path."""
-    path = self.manager.latest_checkpoint
+    """Restores the newest readable checkpoint, if any, falling back past
+    damaged ones (see checkpoints.py); returns its path.
+
+    Raises:
+      checkpoints.CheckpointError: if checkpoints exist but none is readable.
+    """
+    path = checkpoints.RestoreNewestReadable(self.checkpoint, self.checkpoint_dir,
+                                             self.log)
+    self.manager = self._NewManager()
     if path:
-      self.checkpoint.restore(path).expect_partial()
       self.log(f'Restored {path} at step {int(self.global_step.numpy())}.')
     return path
 
@@ -101,7 +116,9 @@ class Trainer:
 
     def Cond(i, loss_sum, norm, skipped, stop):
       del loss_sum, norm, skipped
-      return tf.logical_and(i < num_steps, tf.logical_not(stop))
+      return tf.logical_and(
+          i < num_steps,
+          tf.logical_not(tf.logical_or(stop, self.stop_requested.read_value())))
 
     def Body(i, loss_sum, norm, skipped, stop):
       del norm, stop
@@ -115,15 +132,24 @@ class Trainer:
     return tf.while_loop(Cond, Body, [tf.constant(0), zero, zero, tf.constant(0),
                                       tf.constant(False)])
 
-  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> None:
-    """Trains until global step max_steps, a loop of steps at a time."""
+  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> bool:
+    """Trains until global step max_steps, a loop of steps at a time.
+
+    Returns:
+      False if stop_requested ended the run early (after the step under way
+      and a checkpoint at the step reached), else True.
+    """
     tp = self.tp
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
-        break
+        return True
+      if bool(self.stop_requested.numpy()):
+        if self.manager.latest_checkpoint != self._CheckpointPath(step):
+          self._Save(step)
+        return False
       todo = min(tp.steps_per_loop, max_steps - step)
       start = time.perf_counter()
       ran, loss_sum, norm, skipped, stop = self._train_loop(tf.constant(todo))
@@ -135,20 +161,42 @@ class Trainer:
             f'Non-finite loss or gradients at step {step}; stopped without '
             'applying it (on_nonfinite=STOP). The last checkpoint is '
             f'{self.manager.latest_checkpoint}.')
-      loss = float(loss_sum) / max(ran - skipped, 1)
-      self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
-                      elapsed / max(ran, 1))
-      self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                     elapsed / max(ran, 1), skipped)
-      if tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or step >= max_steps:
-        self.manager.save(checkpoint_number=step)
+      if ran:
+        loss = float(loss_sum) / max(ran - skipped, 1)
+        self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
+                        elapsed / ran, skipped)
+        self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
+                       elapsed / ran, skipped)
+      if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
+          step >= max_steps or bool(self.stop_requested.numpy())):
+        self._Save(step)
       if after_loop is not None:
         after_loop()
 
+  def _CheckpointPath(self, step: int) -> str:
+    return os.path.join(self.checkpoint_dir, f'ckpt-{step}')
+
+  def _Save(self, step: int) -> None:
+    """Saves a checkpoint at step, unless a weight or optimizer slot is not
+    finite: a checkpoint never holds NaN or inf.
+
+    Raises:
+      NonFiniteLossError: naming the step and the first non-finite variables.
+    """
+    bad = [v.name for v in list(self.task.variables) + list(self.optimizer.variables())
+           if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v)))]
+    if bad:
+      raise NonFiniteLossError(
+          f'Non-finite values in {", ".join(bad[:3])}{" ..." if len(bad) > 3 else ""} '
+          f'at step {step}; not saved (a checkpoint never holds NaN or inf). The '
+          f'last checkpoint is {self.manager.latest_checkpoint}.')
+    self.manager.save(checkpoint_number=step)
+
   def _Summaries(self, writer, step: int, loss: float, norm: float,
-                 examples_per_sec: float, step_time: float) -> None:
+                 examples_per_sec: float, step_time: float, skipped: int) -> None:
     with writer.as_default(step=step):
       tf.summary.scalar('loss', loss)
+      tf.summary.scalar('nonfinite_steps_skipped', skipped)  # in this loop
       tf.summary.scalar('learning_rate', self.learning_rate())
       tf.summary.scalar('grad_norm', norm)
       tf.summary.scalar('examples_per_sec', examples_per_sec)

@@ -10,12 +10,18 @@ Perfetto or chrome://tracing, logdir/timeline.png, the bubble line), decode
 (a task of --cluster_spec serving a client's cells). User
 errors (unknown model, bad override, unwritable logdir, missing data) end
 the program with one line on stderr and exit code 2, without a traceback.
+SIGTERM and SIGINT end training after the step under way with a checkpoint
+at that step (exit code 128 + the signal); see docs/reliability.md.
 """
 
 import os
 import sys
+import tempfile
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow's C++ log lines stay off the terminal unless the user sets
+# TF_CPP_MIN_LOG_LEVEL or passes --tf_cpp_logs (see _QuietCppLogs).
+_USER_TF_CPP_MIN_LOG_LEVEL = os.environ.get('TF_CPP_MIN_LOG_LEVEL', '')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -56,6 +62,9 @@ flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run '
                    'with an error naming the worker when one does not answer '
                    'for this long (checked all along the run, whatever the '
                    'step time), and wait this long for the workers to come up.')
+flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines "
+                  '(INFO and up). Without it only FATAL ones show, or those '
+                  'at and above TF_CPP_MIN_LOG_LEVEL when that is set.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text '
@@ -91,6 +100,11 @@ def _ResolveParams():
     raise _UserError(str(e)) from None
   if FLAGS.seed >= 0:
     params.trainer.seed = FLAGS.seed
+  from trainer import param_checks  # pylint: disable=g-import-not-at-top
+  try:
+    param_checks.CheckRunParams(params, FLAGS.max_steps)
+  except param_checks.ParamRangeError as e:
+    raise _UserError(str(e)) from None
   return params
 
 
@@ -120,16 +134,45 @@ def _ConfigureDevices(params) -> None:
       cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
 
 
-def _PrepareLogdir(params) -> str:
+def _PrepareLogdir() -> str:
+  """Creates the logdir and checks that it takes files; writes nothing else."""
   logdir = FLAGS.logdir or os.path.join('/tmp/lingvo_pipe', FLAGS.model)
   try:
     os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, 'params.txt'), 'w') as f:
-      f.write(params.ToText())
+    with tempfile.NamedTemporaryFile(dir=logdir, prefix='.write_test'):
+      pass
   except OSError as e:
     raise _UserError(f'Cannot write to --logdir {logdir!r}: {e.strerror}; choose '
                      'a writable directory.') from None
   return logdir
+
+
+def _WriteParamsText(params, logdir: str) -> None:
+  """Writes logdir/params.txt whole or not at all (a temporary file renamed)."""
+  path = os.path.join(logdir, 'params.txt')
+  try:
+    with tempfile.NamedTemporaryFile('w', dir=logdir, prefix='.params.txt.',
+                                     delete=False) as f:
+      f.write(params.ToText())
+    os.replace(f.name, path)
+  except OSError as e:
+    raise _UserError(f'Cannot write {path!r}: {e.strerror}; choose a writable '
+                     '--logdir.') from None
+
+
+def _CheckEvalInput(params) -> None:
+  """Reads the dev input now, so a bad eval file fails before training."""
+  try:
+    params.dev.Instantiate()
+  except (OSError, ValueError) as e:
+    raise _UserError(f'dev input: {_Reason(e)}') from None
+
+
+def _Reason(e: Exception) -> str:
+  """One line for an input or setup error (OSError: the file and reason)."""
+  if isinstance(e, OSError) and e.strerror:
+    return f'cannot read {e.filename!r}: {e.strerror}; check the file and its permissions.'
+  return str(e)
 
 
 def _Sample(trainer_obj) -> None:
@@ -153,6 +196,7 @@ def _DecodeOrExport(params) -> None:
                      '(--mode=train) or point --logdir at a trained run.')
   _ConfigureDevices(params)
   from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import checkpoints
   try:
     trainer_obj = loop.Trainer(params, logdir)
     trainer_obj.Restore()
@@ -160,7 +204,7 @@ def _DecodeOrExport(params) -> None:
       decoder.Decoder(trainer_obj).Run(FLAGS.decode_prompt)
     else:
       print(f'Exported {export.Export(trainer_obj, FLAGS.export_keep_devices)}')
-  except (FileNotFoundError, ValueError) as e:
+  except (FileNotFoundError, ValueError, checkpoints.CheckpointError) as e:
     raise _UserError(str(e)) from None
 
 
@@ -193,13 +237,43 @@ def _Supervised(trainer_obj):
   return cluster_run.Supervised(trainer_obj, config, FLAGS.worker_timeout_s)
 
 
-def _Train(trainer_obj, max_steps: int, after_loop=None) -> None:
-  with _Supervised(trainer_obj):
-    trainer_obj.Train(max_steps, after_loop)
+def _QuietCppLogs() -> None:
+  """Filters TensorFlow's C++ log lines below the level the user chose
+  (--tf_cpp_logs: all; else TF_CPP_MIN_LOG_LEVEL if set; else FATAL only)."""
+  from trainer import quiet_logs  # pylint: disable=g-import-not-at-top
+  level = 3
+  if FLAGS.tf_cpp_logs:
+    level = 0
+  elif _USER_TF_CPP_MIN_LOG_LEVEL.strip().isdigit():
+    level = min(int(_USER_TF_CPP_MIN_LOG_LEVEL), 3)
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = str(level)
+  quiet_logs.FilterCppLogs(level)
+
+
+def _TrainUntilDoneOrStopped(trainer_obj, max_steps: int, after_loop=None) -> None:
+  """Trains (under the cluster watchdog, if any); SIGTERM or SIGINT end the
+  run after the step under way with a checkpoint at that step, exit status
+  128 + the signal number."""
+  from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import signals
+  with signals.GracefulStop(trainer_obj.stop_requested) as stop:
+    try:
+      with _Supervised(trainer_obj):
+        done = trainer_obj.Train(max_steps, after_loop)
+    except loop.NonFiniteLossError as e:
+      raise _UserError(str(e)) from None
+  if not done:
+    signum = stop.signum or signals.signal.SIGTERM
+    step = int(trainer_obj.global_step.numpy())
+    print(f'Stopped by {signals.signal.Signals(signum).name} at step {step}; saved '
+          f'{trainer_obj.manager.latest_checkpoint}. Run the same command to resume.',
+          flush=True)
+    sys.exit(128 + signum)
 
 
 def Main(argv) -> None:
   del argv
+  _QuietCppLogs()
   logging.set_verbosity(logging.WARNING)
   if FLAGS.mode == 'worker':
     from trainer import cluster_run  # pylint: disable=g-import-not-at-top
@@ -228,14 +302,21 @@ def Main(argv) -> None:
       decoder.CheckCanDecode(params, FLAGS.model)
     except decoder.NoDecoderError as e:
       raise _UserError(f'trainer.decode_interval_steps is set but {e}') from None
-  logdir = _PrepareLogdir(params)
+  logdir = _PrepareLogdir()
   _ConfigureDevices(params)
-  from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import checkpoints  # pylint: disable=g-import-not-at-top
+  from trainer import loop
+  if FLAGS.mode in ('eval', 'train_and_eval'):
+    _CheckEvalInput(params)
   try:
     trainer_obj = loop.Trainer(params, logdir)
-  except (FileNotFoundError, ValueError) as e:
+  except (OSError, ValueError) as e:
+    raise _UserError(_Reason(e)) from None
+  try:
+    trainer_obj.Restore()
+  except checkpoints.CheckpointError as e:
     raise _UserError(str(e)) from None
-  trainer_obj.Restore()
+  _WriteParamsText(params, logdir)
   if FLAGS.mode == 'profile':
     from trainer import profiling  # pylint: disable=g-import-not-at-top
     try:
@@ -250,10 +331,8 @@ def Main(argv) -> None:
     if FLAGS.mode == 'train_and_eval' and params.trainer.decode_interval_steps > 0:
       from trainer import decoder  # pylint: disable=g-import-not-at-top
       after_loop = decoder.EveryNSteps(trainer_obj, params.trainer.decode_interval_steps)
-    try:
-      _Train(trainer_obj, FLAGS.max_steps or params.trainer.max_steps, after_loop)
-    except loop.NonFiniteLossError as e:
-      raise _UserError(str(e)) from None
+    _TrainUntilDoneOrStopped(trainer_obj, FLAGS.max_steps or params.trainer.max_steps,
+                             after_loop)
   if FLAGS.mode in ('eval', 'train_and_eval'):
     if FLAGS.mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
       raise _UserError(f'No checkpoint in {logdir!r} to evaluate; train first.')

@@ -195,10 +195,13 @@ class Params:
   def FromText(self, text: str) -> 'Params':
     """Sets the keys named in `text` (the format of ToText). Returns self.
 
+    Every failure is a ParamsTextError (a ValueError) naming the line; an
+    unknown key is also an AttributeError and a wrong type a TypeError.
+
     Raises:
-      ValueError: on a malformed line (its number and text are named).
-      AttributeError: on an unknown key (its line is named).
-      TypeError: on a value of the wrong type (its line is named).
+      ParamsTextError: on a malformed line or value.
+      ParamsTextKeyError: on an unknown key.
+      ParamsTextTypeError: on a value of the wrong type, or frozen Params.
     """
     for lineno, line in enumerate(text.splitlines(), 1):
       line = line.strip()
@@ -206,12 +209,33 @@ class Params:
         continue
       key, sep, value_text = line.partition(':')
       if not sep:
-        raise ValueError(f'Line {lineno} of params text is not "key : value": '
-                         f'{line!r}')
-      try:
-        self.Set(**{key.strip(): params_text.Decode(value_text.strip(), _ParamsFromText)})
-      except (ValueError, AttributeError, TypeError) as e:
-        raise type(e)(f'Line {lineno} of params text ({line!r}): {e}') from None
+        raise ParamsTextError(f'Line {lineno} of params text is not "key : value": '
+                              f'{line!r}')
+      where = f'Line {lineno} of params text ({line!r})'
+      self.SetValueText(key.strip(), value_text.strip(), where=where)
+    return self
+
+  def SetValueText(self, key: str, value_text: str, where: str = '') -> 'Params':
+    """Sets one (possibly dotted) key to the value `value_text` holds in the
+    text format (e.g. "dtype('float32')"). Returns self.
+
+    Raises:
+      ParamsTextError: if the text is not a value; the message starts with
+        `where` (default: the key).
+      ParamsTextKeyError: on an unknown key.
+      ParamsTextTypeError: on a value of the wrong type, or frozen Params.
+    """
+    where = where or f'Param {key!r}'
+    if not key:
+      raise ParamsTextError(f'{where}: the key is empty.')
+    try:
+      value = params_text.Decode(value_text, _ParamsFromText)
+    except (ValueError, AttributeError, TypeError) as e:
+      raise _TextError(e)(f'{where}: {e}') from None
+    try:
+      self.Set(**{key: value})
+    except (ValueError, AttributeError, TypeError) as e:
+      raise _TextError(e)(f'{where}: {e}') from None
     return self
 
   def _FlatItems(self, prefix: str) -> Iterator[Tuple[str, Any]]:
@@ -306,6 +330,27 @@ def _NestedParams(value: Any) -> Iterator[Params]:
       yield from _NestedParams(v)
 
 
+class ParamsTextError(ValueError):
+  """Params text (a params file, an override) that cannot be applied."""
+
+
+class ParamsTextKeyError(ParamsTextError, AttributeError):
+  """Params text naming a key the Params do not define."""
+
+
+class ParamsTextTypeError(ParamsTextError, TypeError):
+  """Params text giving a key a value of the wrong type."""
+
+
+def _TextError(cause: Exception) -> type:
+  """The ParamsTextError class matching the kind of `cause`."""
+  if isinstance(cause, AttributeError):
+    return ParamsTextKeyError
+  if isinstance(cause, TypeError):
+    return ParamsTextTypeError
+  return ParamsTextError
+
+
 class InstantiableParams(Params):
   """Params that know which class they build: `Instantiate()`."""
 
@@ -336,4 +381,5 @@ def _ParamsFromText(cls_path: Optional[str], items: dict) -> Params:
   return p
 
 
-__all__ = ['Params', 'InstantiableParams']
+__all__ = ['Params', 'InstantiableParams', 'ParamsTextError',
+           'ParamsTextKeyError', 'ParamsTextTypeError']

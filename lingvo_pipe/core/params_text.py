@@ -78,9 +78,17 @@ def Decode(text: str, make_params: MakeParams) -> Any:
   """
   try:
     tree = ast.parse(text, mode='eval')
-  except SyntaxError as e:
-    raise ValueError(f'cannot parse value {text!r}: {e.msg}') from None
-  return _Decode(tree.body, text, make_params)
+  except (SyntaxError, ValueError) as e:  # ValueError: e.g. a NUL, a huge int
+    raise ValueError(f'cannot parse value {text!r}: {getattr(e, "msg", e)}') from None
+  except (RecursionError, MemoryError):
+    raise ValueError(f'cannot parse value {text[:40]!r}...: nested too deeply') from None
+  try:
+    return _Decode(tree.body, text, make_params)
+  except RecursionError:
+    raise ValueError(f'cannot decode value {text[:40]!r}...: nested too '
+                     'deeply') from None
+  except TypeError as e:  # e.g. a list as a dict key: unhashable
+    raise ValueError(f'cannot decode value {text!r}: {e}') from None
 
 
 def _Decode(node: ast.AST, text: str, make_params: MakeParams) -> Any:
@@ -102,10 +110,19 @@ def _Decode(node: ast.AST, text: str, make_params: MakeParams) -> Any:
     args = [_Decode(a, text, make_params) for a in node.args]
     try:
       return _DecodeCall(node.func.id, args, make_params)
-    except (TypeError, KeyError, AttributeError) as e:
-      raise ValueError(f'cannot decode {ast.unparse(node)!r}: {e}') from None
+    except (TypeError, KeyError, AttributeError, ImportError) as e:
+      raise ValueError(f'cannot decode {_Unparse(node)!r}: {e}') from None
   raise ValueError(f'unsupported value syntax in {text!r}: '
-                   f'{ast.unparse(node)!r}')
+                   f'{_Unparse(node)!r}')
+
+
+def _Unparse(node: ast.AST) -> str:
+  """The source of node, or (nested too deeply to unparse) its start."""
+  try:
+    return ast.unparse(node)
+  except RecursionError:
+    return f'{type(node).__name__}(...)'
+
 
 
 def _DecodeCall(fn: str, args: list, make_params: MakeParams) -> Any:

@@ -1,0 +1,213 @@
+"""Restores the newest readable checkpoint, falling back past damaged ones.
+
+tf.train.CheckpointManager writes each checkpoint whole before it records
+it in the `checkpoint` state file (itself replaced atomically), so a
+process killed mid-save leaves only unrecorded files. What it does not
+handle is written here: leftover temporary files are removed, a damaged
+or missing state file is rebuilt from the checkpoints on disk (never a
+silent start from scratch over them), and a recorded checkpoint whose files
+are truncated or garbled is set aside (renamed `*.damaged`) in favour of
+the previous readable one.
+"""
+
+import contextlib
+import glob
+import logging
+import os
+import re
+import shutil
+import time
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import tensorflow as tf
+
+STATE_FILE = 'checkpoint'
+DAMAGED_SUFFIX = '.damaged'
+_NUMBERED = re.compile(r'^(.*-(\d+))\.index$')
+
+
+class CheckpointError(RuntimeError):
+  """No recorded checkpoint is readable; the message names each and why."""
+
+
+@contextlib.contextmanager
+def _QuietTfLogger() -> Iterator[None]:
+  """TensorFlow's Python logger at ERROR (its warnings about a bad state
+  file would come on top of the one line the trainer prints)."""
+  logger = tf.get_logger()
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+def CleanLeftovers(directory: str) -> List[str]:
+  """Removes what an interrupted save leaves: `<prefix>_temp` directories
+  (sharded writes) with the files of `<prefix>` itself (a merge cut short),
+  `checkpoint.tmp*` files (the state file's atomic write), and checkpoints
+  newer than the newest the state file records (never recorded, so never
+  known to be whole). Returns the names removed."""
+  paths = glob.glob(os.path.join(directory, '*_temp*')) + glob.glob(
+      os.path.join(directory, STATE_FILE + '.tmp*'))
+  for temp in glob.glob(os.path.join(directory, '*_temp')):
+    paths += _Files(temp[:-len('_temp')])
+  state = _State(directory)
+  if state is not None and state.model_checkpoint_path:
+    newest = _Number(state.model_checkpoint_path)
+    for prefix in OnDisk(directory):
+      if newest is not None and (_Number(prefix) or 0) > newest:
+        paths += _Files(prefix)
+  removed = []
+  for path in sorted(set(paths)):
+    if not os.path.lexists(path):
+      continue
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      os.remove(path)
+    removed.append(os.path.basename(path))
+  return removed
+
+
+def _Files(prefix: str) -> List[str]:
+  """The files of checkpoint `prefix` (not those set aside as damaged)."""
+  return [f for f in glob.glob(glob.escape(prefix) + '.*')
+          if not f.endswith(DAMAGED_SUFFIX)]
+
+
+def _Number(prefix: str) -> Optional[int]:
+  match = re.search(r'-(\d+)$', prefix)
+  return int(match.group(1)) if match else None
+
+
+def OnDisk(directory: str) -> List[str]:
+  """Prefixes of the numbered checkpoints with an index file, oldest first."""
+  found: List[Tuple[int, str]] = []
+  for path in glob.glob(os.path.join(directory, '*.index')):
+    match = _NUMBERED.match(path)
+    if match:
+      found.append((int(match.group(2)), match.group(1)))
+  return [prefix for _, prefix in sorted(found)]
+
+
+def _State(directory: str):
+  with _QuietTfLogger():
+    return tf.train.get_checkpoint_state(directory)
+
+
+def _WriteState(directory: str, paths: List[str], timestamps: Optional[List[float]],
+                last_preserved: Optional[float]) -> None:
+  tf.compat.v1.train.update_checkpoint_state(
+      directory, paths[-1], all_model_checkpoint_paths=paths,
+      all_model_checkpoint_timestamps=timestamps,
+      last_preserved_timestamp=last_preserved)
+
+
+def RepairState(directory: str, log: Callable[[str], None]) -> None:
+  """Rebuilds the state file from the checkpoints on disk when it is
+  missing or unreadable while checkpoints exist; a damaged one is kept as
+  `checkpoint.damaged`."""
+  if _State(directory) is not None:
+    return
+  on_disk = OnDisk(directory)
+  if not on_disk:
+    return
+  state_path = os.path.join(directory, STATE_FILE)
+  what = 'missing'
+  if os.path.exists(state_path):
+    os.replace(state_path, state_path + DAMAGED_SUFFIX)
+    what = f'unreadable (kept as {STATE_FILE}{DAMAGED_SUFFIX})'
+  now = time.time()
+  _WriteState(directory, on_disk, [now] * len(on_disk), now)
+  log(f'The checkpoint state file in {directory} was {what}; rebuilt it from the '
+      f'{len(on_disk)} checkpoint(s) on disk, newest '
+      f'{os.path.basename(on_disk[-1])}.')
+
+
+def Problem(path: str) -> Optional[str]:
+  """Why the checkpoint at prefix `path` cannot be read (None: readable).
+
+  Reads every tensor, so the checksums of all of them are checked (the
+  dataset iterator's variant state is checked when it is restored).
+  """
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for key, dtype in reader.get_variable_to_dtype_map().items():
+      if dtype != tf.variant:
+        reader.get_tensor(key)
+  except Exception as e:  # pylint: disable=broad-except
+    # A damaged file fails in many ways (DataLossError, OpError, IndexError,
+    # ValueError, ...); each is a reason to fall back, reported as such.
+    return _Reason(e)
+  return None
+
+
+def _Reason(e: Exception) -> str:
+  first = (str(e).strip().splitlines() or [''])[0]
+  first = re.sub(r'^\{\{function_node [^}]*\}\}\s*', '', first)
+  return f'{type(e).__name__}: {first[:160]}'
+
+
+def _SetAside(path: str) -> None:
+  """Renames the files of checkpoint prefix `path` to `*.damaged`."""
+  for name in _Files(path):
+    os.replace(name, name + DAMAGED_SUFFIX)
+
+
+def RestoreNewestReadable(checkpoint: tf.train.Checkpoint, directory: str,
+                          log: Callable[[str], None]) -> Optional[str]:
+  """Restores the newest readable recorded checkpoint in `directory`.
+
+  Damaged newer ones are reported (one line each), set aside and dropped
+  from the state file, so later saves and restarts do not meet them again.
+
+  Returns:
+    The restored checkpoint's prefix, or None if `directory` holds none.
+
+  Raises:
+    CheckpointError: if checkpoints are recorded but none is readable
+      (nothing is renamed then).
+  """
+  if not os.path.isdir(directory):
+    return None
+  removed = CleanLeftovers(directory)
+  if removed:
+    log(f'Removed leftovers of an interrupted save: {", ".join(removed)}.')
+  RepairState(directory, log)
+  state = _State(directory)
+  if state is None:
+    return None
+  paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+  if state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  timestamps = list(state.all_model_checkpoint_timestamps)
+  damaged: List[Tuple[str, str]] = []
+  for index in range(len(paths) - 1, -1, -1):
+    path = paths[index]
+    reason = Problem(path)
+    if reason is None:
+      try:
+        checkpoint.restore(path).expect_partial()
+      except Exception as e:  # pylint: disable=broad-except
+        reason = _Reason(e)  # e.g. the iterator's state, read only here
+    if reason is not None:
+      damaged.append((path, reason))
+      log(f'Checkpoint {os.path.basename(path)} is damaged ({reason}); '
+          'falling back to the previous one.')
+      continue
+    if damaged:
+      for bad, _ in damaged:
+        _SetAside(bad)
+      kept = paths[:index + 1]
+      _WriteState(directory, kept,
+                  timestamps[:index + 1] if len(timestamps) == len(paths) else None,
+                  state.last_preserved_timestamp or None)
+      log(f'Fell back to {os.path.basename(path)}; set aside '
+          f'{", ".join(os.path.basename(b) for b, _ in damaged)} as *{DAMAGED_SUFFIX}.')
+    return path
+  raise CheckpointError(
+      f'No readable checkpoint in {directory}: ' +
+      '; '.join(f'{os.path.basename(p)} ({r})' for p, r in damaged) +
+      '. Move the directory away (or pick another --logdir) to start from scratch.')
