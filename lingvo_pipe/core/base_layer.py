@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -131,7 +131,15 @@ class BaseLayer(tf.Module):
 
   @property
   def fprop_dtype(self) -> tf.DType:
-    return self.params.fprop_dtype or self.params.dtype
+    """The dtype of the layer's activations and products (core/precision)."""
+    return tf.as_dtype(self.params.fprop_dtype or self.params.dtype)
+
+  def ThetaDtype(self, name: str) -> tf.DType:
+    """The dtype in which FProp reads this layer's variable `name`: the
+    compute dtype. Layers that compute in float32 whatever fprop_dtype is
+    (norms: core/precision) override it to keep their variables float32."""
+    del name  # every variable of a layer alike, unless overridden
+    return self.fprop_dtype
 
   def CreateChild(self, name: str, params: hyperparams.Params) -> 'BaseLayer':
     """Builds a sublayer from `params` as attribute `name`; returns it.
@@ -268,6 +276,28 @@ class BaseLayer(tf.Module):
     if with_seed and self.USES_STEP_SEED:
       tree[STEP_SEED_KEY] = tf.zeros([2], tf.int64)
     return tree
+
+  def MapTheta(self, theta: NestedMap,
+               fn: Callable[['BaseLayer', str, Any], Any]) -> NestedMap:
+    """`theta` of this layer with each variable's entry replaced by
+    fn(owning layer, variable name, entry), the children's recursively;
+    step seeds and any other entries unchanged."""
+    out = NestedMap(theta)
+    for n in self._var_names:
+      if n in theta:
+        out[n] = fn(self, n, theta[n])
+    for n in self._child_names:
+      if n not in theta:
+        continue
+      child = getattr(self, n)
+      if isinstance(child, BaseLayer):
+        out[n] = child.MapTheta(theta[n], fn)
+      elif isinstance(child, dict) or hasattr(child, 'items'):
+        out[n] = NestedMap({k: c.MapTheta(theta[n][k], fn)
+                            for k, c in child.items()})
+      else:
+        out[n] = [c.MapTheta(t, fn) for c, t in zip(child, theta[n])]
+    return out
 
   def Children(self) -> List[Tuple[str, 'BaseLayer']]:
     """(name, layer) of every direct sublayer, in creation order."""

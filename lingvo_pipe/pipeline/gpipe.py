@@ -20,6 +20,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
@@ -138,6 +139,16 @@ class PipeliningLayer(base_layer.BaseLayer):
     with tf.device(self.devices[k].name):
       return tf.nest.map_structure(tf.convert_to_tensor, theta)
 
+  def _ComputeThetas(self, thetas: List[NestedMap]) -> List[NestedMap]:
+    """Each cell's theta cast to the dtypes its layers compute with
+    (core/precision), once per step on the cell's device; the identity in
+    float32."""
+    cast = []
+    for k, theta in enumerate(thetas):
+      with tf.device(self.devices[k].name):
+        cast.append(precision.CastTheta(self.cells[k], theta))
+    return cast
+
   def _MicroTheta(self, theta: NestedMap, m: int) -> NestedMap:
     """Cell theta for micro-batch m: step seeds [s0, s1 + m].
 
@@ -194,7 +205,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> tuple:
     micro = self._contract.SplitInputs(inputs, num_micro)
-    tasks, _ = self._RunForward(thetas, micro)
+    tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
     return self._MergeOutputs(tasks, num_micro)
 
   def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
@@ -217,7 +228,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     def Pipeline(step_inputs, cell_thetas):
       with tf.device(self.devices[0].name):
         micro = self._contract.SplitInputs(step_inputs, num_micro)
-      tasks, summed = self._RunForward(cell_thetas, micro, training=True)
+      tasks, summed = self._RunForward(self._ComputeThetas(cell_thetas), micro,
+                                       training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
       self._ApplyCellUpdates(summed)
       flat_out = tf.nest.flatten(outputs)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import precision
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.nested_map import NestedMap
 
@@ -46,7 +47,7 @@ class DropoutLayer(base_layer.BaseLayer):
       ValueError: if a broadcast dim is out of range for the inputs' rank.
     """
     p = self.params
-    inputs = tf.convert_to_tensor(inputs)
+    inputs = precision.CastFloat(tf.convert_to_tensor(inputs), self.fprop_dtype)
     dims = _BroadcastDims(p, inputs.shape.rank)
     if p.keep_prob == 1.0 or base_layer.IsEvalMode():
       return inputs
@@ -82,7 +83,7 @@ class DropoutLayer(base_layer.BaseLayer):
         [1 if i in dims else d for i, d in enumerate(shape.as_list())])
     return layer_meta.LayerMeta(
         out_shapes=(shape,), flops=2 * mask + n,
-        act_bytes=(n + mask) * tf.as_dtype(params.dtype).size)
+        act_bytes=(n + mask) * precision.ComputeDtype(params).size)
 
 
 def _CheckKeepProb(params: hyperparams.Params) -> None:
