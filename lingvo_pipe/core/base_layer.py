@@ -191,10 +191,7 @@ class BaseLayer(tf.Module):
       return p.Instantiate()
 
   def _CopyBaseParams(self, child: hyperparams.Params) -> None:
-    defaults = BaseLayer.Params()
-    for key in _INHERITED:
-      if key in child and child.Get(key) == defaults.Get(key):
-        child.Set(**{key: self.params.Get(key)})
+    InheritBaseParams(child, self.params)
 
   def CreateVariable(self, name: str, var_params: hyperparams.Params,
                      trainable: bool = True) -> tf.Variable:
@@ -349,6 +346,44 @@ class BaseLayer(tf.Module):
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     """Planning metadata for the given input shapes (see LayerMeta)."""
     raise NotImplementedError(f'{cls.__name__} does not define FPropMeta.')
+
+
+def InheritBaseParams(child: hyperparams.Params,
+                      parent: hyperparams.Params) -> None:
+  """Sets, in place, the base params of `child` (dtype, fprop_dtype,
+  params_init, random_seed, skip_lp_regularization) that are at their
+  defaults to those of `parent`, as CreateChild does."""
+  defaults = BaseLayer.Params()
+  for key in _INHERITED:
+    if key in child and key in parent and child.Get(key) == defaults.Get(key):
+      child.Set(**{key: parent.Get(key)})
+
+
+def WithInheritedBaseParams(params: hyperparams.Params) -> hyperparams.Params:
+  """A copy of layer params in which every nested layer's params (also in
+  lists) have inherited the base params of the layer params around them,
+  as they would when built: what FPropMeta and the planner must read, e.g.
+  the compute dtype set once on a task."""
+  out = params.Copy()
+  _InheritDown(out)
+  return out
+
+
+def _IsLayerParams(value: Any) -> bool:
+  return isinstance(value, hyperparams.Params) and 'cls' in value and (
+      isinstance(value.cls, type) and issubclass(value.cls, BaseLayer))
+
+
+def _InheritDown(parent: hyperparams.Params) -> None:
+  for _, value in parent.IterParams():
+    children = value if isinstance(value, (list, tuple)) else [value]
+    for child in children:
+      if _IsLayerParams(child):
+        if _IsLayerParams(parent):
+          InheritBaseParams(child, parent)
+        _InheritDown(child)
+      elif isinstance(child, hyperparams.Params):
+        _InheritDown(child)
 
 
 def _CheckThetaKey(key: Any, where: str) -> None:

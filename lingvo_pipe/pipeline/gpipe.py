@@ -331,6 +331,14 @@ def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
   else:
     raise ValueError(f'PipeliningLayer {p.name!r} has no cells: set cell_tpl '
                      'or layers (with num_partitions or splits).')
+  # Base params (dtype, fprop_dtype...) as the cells will inherit them when
+  # built: FPropMeta, the boundary checks and the planner read them.
+  inherited = []
+  for cp in cells:
+    cp = cp.Copy()
+    base_layer.InheritBaseParams(cp, p)
+    inherited.append(base_layer.WithInheritedBaseParams(cp))
+  cells = inherited
   for k, cp in enumerate(cells):
     if 'sub' in cp and not cp.sub:
       raise ValueError(f'PipeliningLayer {p.name!r}: cell {k} is empty; every '
