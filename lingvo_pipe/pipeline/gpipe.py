@@ -23,12 +23,14 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cell_compilation
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.remat import RematPolicy
 
 
@@ -88,6 +90,9 @@ class PipeliningLayer(base_layer.BaseLayer):
              "cell's first, and recomputing would restore them all for it "
              "anyway, so no device's peak grows. PER_LAYER always recomputes.")
     p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind.')
+    p.Define('jit_compile', CellCompilation.NONE, 'A CellCompilation: XLA '
+             "compiles each cell's forward and backward on its device "
+             '(pipeline/cell_compilation.py says what stays outside).')
     return p
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -100,10 +105,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.devices = cluster.PlaceCells(len(cell_params), devices)
     self.num_cells = len(cell_params)
     runners = []
+    jit = cell_compilation.Compiles(p.jit_compile, self.fprop_dtype)
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name))
+      runners.append(cell_runner.CellRunner(cell, device.name, jit))
     self.__dict__['_runners'] = runners
 
   @property
