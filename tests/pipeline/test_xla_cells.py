@@ -101,3 +101,16 @@ def test_cell_functions_are_compiled_on_cell_devices():
     if fn in compiled:
       k = int(fn.split('cell_')[1][0])
       assert tf.DeviceSpec.from_string(device).device_index == (3, 6)[k], fn
+
+
+def test_compilation_choice():
+  from lingvo_pipe.pipeline import cell_compilation
+  assert cell_compilation.Compiles(CellCompilation.XLA, tf.float32)
+  assert not cell_compilation.Compiles(CellCompilation.NONE, tf.bfloat16)
+  # AUTO follows the measurement (docs/benchmarks/precision.md): XLA was
+  # slower than TensorFlow's kernels for both dtypes on this CPU.
+  assert not cell_compilation.Compiles(CellCompilation.AUTO, tf.float32)
+  assert not cell_compilation.Compiles(CellCompilation.AUTO, tf.bfloat16)
+  layers, shape = models.FfnLayers()
+  with pytest.raises(TypeError, match='CellCompilation'):
+    models.Pipeline(layers, shape, 2, 2, jit_compile=True)
