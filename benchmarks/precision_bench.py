@@ -38,13 +38,18 @@ VARIANTS = {
 }
 _KEYS = ('step_s_median', 'bfc_peak_bytes', 'first_step_s')
 
-flags.DEFINE_list('workloads', list(WORKLOADS), 'Workloads to run.')
-flags.DEFINE_list('variants', list(VARIANTS), 'Variants to run; ratios are '
-                  'to f32 (run it too).')
-flags.DEFINE_integer('repeats', 3, 'Runs of each configuration, alternating.')
-flags.DEFINE_integer('steps', 5, 'Measured steps per run.')
-flags.DEFINE_integer('warmup', 1, 'Steps before measuring (after the first).')
-flags.DEFINE_float('timeout_s', 1200, 'Timeout of one run.')
+
+
+def DefineFlags() -> None:
+  """The program's flags; defined when it runs, so that importing this
+  module (tests) does not clash with other benchmarks' flags."""
+  flags.DEFINE_list('workloads', list(WORKLOADS), 'Workloads to run.')
+  flags.DEFINE_list('variants', list(VARIANTS), 'Variants to run; ratios are '
+                    'to f32 (run it too).')
+  flags.DEFINE_integer('repeats', 3, 'Runs of each configuration, alternating.')
+  flags.DEFINE_integer('steps', 5, 'Measured steps per run.')
+  flags.DEFINE_integer('warmup', 1, 'Steps before measuring (after the first).')
+  flags.DEFINE_float('timeout_s', 1200, 'Timeout of one run.')
 
 
 def Summary(runs: Dict[str, List[dict]], workloads: List[str],
@@ -86,4 +91,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  DefineFlags()
   app.run(main)
