@@ -1,7 +1,9 @@
 """Benchmarks one training step of a standard workload; prints one JSON object.
 
 One configuration per process (TensorFlow's allocator peak and thread pools
-are per process). Loss = mean of squared outputs, plain SGD, fp32.
+are per process). Loss = mean of squared outputs (float32), plain SGD on
+float32 weights; --fprop_dtype=bfloat16 computes in bfloat16, --jit_compile=xla
+compiles the cells with XLA (docs/precision.md).
 
   python -m benchmarks.pipeline_bench --workload=ffn --k=4 --m=4
   python -m benchmarks.pipeline_bench --workload=ffn --baseline
@@ -40,6 +42,10 @@ flags.DEFINE_integer('num_layers', 0, 'Override the workload\'s L (0: keep).')
 flags.DEFINE_integer('batch', 0, 'Override the workload\'s batch size (0: keep).')
 flags.DEFINE_integer('seq', 0, 'Override the workload\'s sequence length (0: keep).')
 flags.DEFINE_float('learning_rate', 1e-3, 'SGD learning rate.')
+flags.DEFINE_enum('fprop_dtype', 'float32', ['float32', 'bfloat16', 'float16'],
+                  'Compute dtype of the layers (weights stay float32).')
+flags.DEFINE_enum('jit_compile', 'none', ['none', 'xla', 'auto'],
+                  "PipeliningLayer's jit_compile (a CellCompilation).")
 flags.DEFINE_string('timeline_dir', '', 'If set, profile one more step and write '
                     'timeline.json (Chrome trace) and timeline.png there.')
 
@@ -59,14 +65,17 @@ def _BuildModel(workload):
   from lingvo_pipe.pipeline import gpipe
   from lingvo_pipe.core.layers import containers
   layers = workloads.Layers(workload)
+  dtype = tf.as_dtype(FLAGS.fprop_dtype)
   if FLAGS.baseline:
     with tf.device('/device:CPU:0'):
-      return containers.SequentialLayer.Params().Set(name='model', sub=layers).Instantiate()
+      return containers.SequentialLayer.Params().Set(
+          name='model', sub=layers, fprop_dtype=dtype).Instantiate()
   return gpipe.PipeliningLayer.Params().Set(
       name='model', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
       input_shapes=[workload.input_shape],
       remat=gpipe.RematPolicy(FLAGS.remat),
-      remat_last_micro_batch=FLAGS.remat_last_micro_batch).Instantiate()
+      remat_last_micro_batch=FLAGS.remat_last_micro_batch, fprop_dtype=dtype,
+      jit_compile=gpipe.CellCompilation(FLAGS.jit_compile)).Instantiate()
 
 
 def GraphOps(concrete_fn) -> int:
@@ -89,7 +98,7 @@ def Run(workload_name: str) -> dict:
   @tf.function(autograph=False)
   def Step(x):
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(model(x)))
+      loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32)))
     for v, g in zip(variables, tape.gradient(loss, variables)):
       with tf.device(v.device):
         v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
@@ -120,7 +129,8 @@ def Run(workload_name: str) -> dict:
       bfc_process_peak_bytes=max(step_peak, warmup_peak),
       graph_ops=GraphOps(Step.get_concrete_function(x)),
       intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
-      steps=FLAGS.steps, tf_version=tf.__version__)
+      steps=FLAGS.steps, tf_version=tf.__version__,
+      fprop_dtype=FLAGS.fprop_dtype, jit_compile=FLAGS.jit_compile)
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
     result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir)

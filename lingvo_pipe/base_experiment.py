@@ -26,6 +26,14 @@ class NonFinitePolicy(enum.Enum):
   STOP = 'stop'            # apply nothing and stop with an error
 
 
+class LossScaling(enum.Enum):
+  """How the trainer scales the loss before the backward pass
+  (TrainerParams().loss_scaling): for float16 compute, whose gradients
+  underflow below 6e-8 and overflow above 65504."""
+  NONE = 'none'
+  DYNAMIC = 'dynamic'  # lower on overflow (step skipped), raise when stable
+
+
 def TrainerParams() -> hyperparams.Params:
   """Returns the default training settings, BaseExperiment.Trainer()'s."""
   p = hyperparams.Params()
@@ -51,6 +59,14 @@ def TrainerParams() -> hyperparams.Params:
   p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this '
            'global norm (0: off).')
   p.Define('on_nonfinite', NonFinitePolicy.STOP, 'A NonFinitePolicy.')
+  p.Define('loss_scaling', LossScaling.NONE, 'A LossScaling; DYNAMIC for '
+           'float16 compute (fprop_dtype): trainer/loss_scale.py.')
+  p.Define('loss_scale_initial', 2.0**15, 'The first loss scale (DYNAMIC).')
+  p.Define('loss_scale_factor', 2.0, 'The scale is divided by this on an '
+           'overflow and multiplied by it after loss_scale_growth_interval '
+           'steps without one (DYNAMIC).')
+  p.Define('loss_scale_growth_interval', 2000, 'Overflow-free steps before '
+           'the scale grows (DYNAMIC).')
   p.Define('seed', 1234, 'Random seed.')
   p.Define('num_logical_devices', 0, 'Logical CPU devices to create when no '
            'accelerator exists (0: as many as the pipelines need).')

@@ -6,6 +6,8 @@ Point `train.file_pattern` / `dev.file_pattern` at other text files to use
 them instead.
 """
 
+import tensorflow as tf
+
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe import model_registry
@@ -68,3 +70,21 @@ class StdlibBytesTiny(StdlibBytesGPipe):
   def Trainer(self) -> hyperparams.Params:
     return super().Trainer().Set(max_steps=8, steps_per_loop=4, eval_steps=2,
                                  warmup_steps=2)
+
+
+@model_registry.RegisterExperiment
+class StdlibBytesGPipeBf16(StdlibBytesGPipe):
+  """The demo with bfloat16 compute: activations and the tensors between
+  cells in bfloat16, float32 master weights, optimizer slots and
+  checkpoints; the loss, softmax and norms in float32 (core/precision)."""
+
+  def Task(self) -> hyperparams.Params:
+    return super().Task().Set(fprop_dtype=tf.bfloat16)
+
+
+@model_registry.RegisterExperiment
+class StdlibBytesTinyBf16(StdlibBytesTiny):
+  """The smoke test with bfloat16 compute (as StdlibBytesGPipeBf16)."""
+
+  def Task(self) -> hyperparams.Params:
+    return super().Task().Set(fprop_dtype=tf.bfloat16)

@@ -5,6 +5,8 @@ sentence), so it runs without files; set train/dev source_file_pattern and
 target_file_pattern to line-aligned parallel text to use real data.
 """
 
+import tensorflow as tf
+
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe import model_registry
@@ -43,3 +45,13 @@ class ReverseBytesGPipe(base_experiment.BaseExperiment):
         max_steps=2000, steps_per_loop=100, learning_rate=2e-3,
         lr_schedule=base_experiment.LrSchedule.WARMUP_RSQRT, warmup_steps=200,
         clip_gradient_norm_to_value=1.0, eval_steps=10)
+
+
+@model_registry.RegisterExperiment
+class ReverseBytesGPipeBf16(ReverseBytesGPipe):
+  """ReverseBytesGPipe with bfloat16 compute: activations and the tensors
+  between cells in bfloat16, float32 master weights, optimizer slots and
+  checkpoints; the loss, softmax and norms in float32 (core/precision)."""
+
+  def Task(self) -> hyperparams.Params:
+    return super().Task().Set(fprop_dtype=tf.bfloat16)

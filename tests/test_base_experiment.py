@@ -25,6 +25,10 @@ def test_trainer_params_defaults():
       'on_nonfinite': base_experiment.NonFinitePolicy.STOP,
       'seed': 1234,
       'num_logical_devices': 0,
+      'loss_scaling': base_experiment.LossScaling.NONE,
+      'loss_scale_initial': 2.0**15,
+      'loss_scale_factor': 2.0,
+      'loss_scale_growth_interval': 2000,
   }
 
 
@@ -39,7 +43,9 @@ def test_trainer_params_round_trip_through_text():
       lr_schedule=base_experiment.LrSchedule.WARMUP_RSQRT, warmup_steps=9,
       clip_gradient_norm_to_value=1.5,
       on_nonfinite=base_experiment.NonFinitePolicy.SKIP_STEP, seed=11,
-      num_logical_devices=4)
+      num_logical_devices=4, loss_scaling=base_experiment.LossScaling.DYNAMIC,
+      loss_scale_initial=8.0, loss_scale_factor=4.0,
+      loss_scale_growth_interval=10)
   # Every value differs from its default, so each must come from the text.
   assert all(value != default.Get(key) for key, value in changed.IterParams())
   restored = base_experiment.TrainerParams().FromText(changed.ToText())

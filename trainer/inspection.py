@@ -4,6 +4,7 @@ from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
+from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import cluster
@@ -23,7 +24,9 @@ def _Pipelines(params: Any, path: str = '') -> Iterator[tuple]:
     if cls is gpipe.PipeliningLayer:
       yield path or '.', params
     elif cls is not None and hasattr(cls, 'PipelineParams'):  # a stack that fills in its pipeline
-      yield f'{path}.pipeline', cls.PipelineParams(params)
+      pipeline = cls.PipelineParams(params)
+      base_layer.InheritBaseParams(pipeline, params)  # e.g. the compute dtype
+      yield f'{path}.pipeline', base_layer.WithInheritedBaseParams(pipeline)
       return
     for key, value in params.IterParams():
       yield from _Pipelines(value, f'{path}.{key}' if path else key)
@@ -122,6 +125,7 @@ def ModelPlan(task_params: hyperparams.Params,
   of their own go to the tasks' devices as they would in a run on that
   cluster (device_mapping.DefaultDevices)."""
   lines: List[str] = []
+  task_params = base_layer.WithInheritedBaseParams(task_params)
   for path, p in _Pipelines(task_params):
     cells = gpipe.CellParams(p)
     places = _Places(p, len(cells), cluster_tasks)

@@ -17,6 +17,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from trainer import checkpoints
+from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
 
 
@@ -49,6 +50,10 @@ class Trainer:
     self.checkpoint = tf.train.Checkpoint(
         model=self.task, optimizer=self.optimizer, global_step=self.global_step,
         train_iterator=self.train_iterator)
+    # float16: the loss scale and its count, checkpointed (loss_scale.py).
+    self.loss_scale = loss_scale_lib.FromParams(self.tp)
+    if self.loss_scale is not None:
+      self.checkpoint.loss_scale = self.loss_scale
     self.checkpoint_dir = os.path.join(logdir, 'checkpoints')
     self.manager = self._NewManager()
     self._train_loop = tf.function(self._TrainLoop, autograph=False)
@@ -89,12 +94,20 @@ class Trainer:
     """One step; returns (loss, gradient norm, finite)."""
     step_seed = tf.stack([self.global_step.read_value(), tf.constant(0, tf.int64)])
     theta = base_layer.WithStepSeed(self.task.theta, step_seed)
+    scale = self.loss_scale
     with tf.GradientTape() as tape:
       metrics = self.task.FProp(theta, batch)
-    grads = tape.gradient(metrics.loss, self.variables)
+      objective = metrics.loss if scale is None else scale.ScaleLoss(metrics.loss)
+    grads = tape.gradient(objective, self.variables)
     grads = [tf.convert_to_tensor(g) for g in grads]
+    if scale is not None:
+      grads = scale.Unscale(grads)
     grads, norm = optimizers.ClipByGlobalNorm(grads, self.tp.clip_gradient_norm_to_value)
     finite = optimizers.IsFinite(metrics.loss, norm)
+    # An overflow of scaled gradients (finite loss) skips the step and lowers
+    # the scale; it is not a non-finite loss for tp.on_nonfinite.
+    overflow = tf.constant(False) if scale is None else tf.logical_and(
+        optimizers.IsFinite(metrics.loss), tf.logical_not(finite))
 
     def Apply():
       with tf.control_dependencies([self.optimizer.apply_gradients(
@@ -103,11 +116,13 @@ class Trainer:
 
     applied = tf.cond(finite, Apply, lambda: tf.constant(False))
     with tf.control_dependencies([applied]):
-      advance = tf.logical_or(finite, tf.constant(
+      advance = tf.logical_or(tf.logical_or(finite, overflow), tf.constant(
           self.tp.on_nonfinite == base_experiment.NonFinitePolicy.SKIP_STEP))
       step = self.global_step.assign_add(tf.cast(advance, tf.int64))
-    with tf.control_dependencies([step]):
-      return tf.identity(metrics.loss), tf.identity(norm), finite
+      updates = [step] if scale is None else [step, scale.Update(finite)]
+    with tf.control_dependencies(updates):
+      return (tf.identity(metrics.loss), tf.identity(norm),
+              tf.logical_or(finite, overflow))
 
   def _TrainLoop(self, num_steps: tf.Tensor):
     """Runs up to num_steps steps; stops early on a non-finite loss if the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -131,7 +131,15 @@ class BaseLayer(tf.Module):
 
   @property
   def fprop_dtype(self) -> tf.DType:
-    return self.params.fprop_dtype or self.params.dtype
+    """The dtype of the layer's activations and products (core/precision)."""
+    return tf.as_dtype(self.params.fprop_dtype or self.params.dtype)
+
+  def ThetaDtype(self, name: str) -> tf.DType:
+    """The dtype in which FProp reads this layer's variable `name`: the
+    compute dtype. Layers that compute in float32 whatever fprop_dtype is
+    (norms: core/precision) override it to keep their variables float32."""
+    del name  # every variable of a layer alike, unless overridden
+    return self.fprop_dtype
 
   def CreateChild(self, name: str, params: hyperparams.Params) -> 'BaseLayer':
     """Builds a sublayer from `params` as attribute `name`; returns it.
@@ -183,10 +191,7 @@ class BaseLayer(tf.Module):
       return p.Instantiate()
 
   def _CopyBaseParams(self, child: hyperparams.Params) -> None:
-    defaults = BaseLayer.Params()
-    for key in _INHERITED:
-      if key in child and child.Get(key) == defaults.Get(key):
-        child.Set(**{key: self.params.Get(key)})
+    InheritBaseParams(child, self.params)
 
   def CreateVariable(self, name: str, var_params: hyperparams.Params,
                      trainable: bool = True) -> tf.Variable:
@@ -269,6 +274,28 @@ class BaseLayer(tf.Module):
       tree[STEP_SEED_KEY] = tf.zeros([2], tf.int64)
     return tree
 
+  def MapTheta(self, theta: NestedMap,
+               fn: Callable[['BaseLayer', str, Any], Any]) -> NestedMap:
+    """`theta` of this layer with each variable's entry replaced by
+    fn(owning layer, variable name, entry), the children's recursively;
+    step seeds and any other entries unchanged."""
+    out = NestedMap(theta)
+    for n in self._var_names:
+      if n in theta:
+        out[n] = fn(self, n, theta[n])
+    for n in self._child_names:
+      if n not in theta:
+        continue
+      child = getattr(self, n)
+      if isinstance(child, BaseLayer):
+        out[n] = child.MapTheta(theta[n], fn)
+      elif isinstance(child, dict) or hasattr(child, 'items'):
+        out[n] = NestedMap({k: c.MapTheta(theta[n][k], fn)
+                            for k, c in child.items()})
+      else:
+        out[n] = [c.MapTheta(t, fn) for c, t in zip(child, theta[n])]
+    return out
+
   def Children(self) -> List[Tuple[str, 'BaseLayer']]:
     """(name, layer) of every direct sublayer, in creation order."""
     out = []
@@ -319,6 +346,44 @@ class BaseLayer(tf.Module):
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     """Planning metadata for the given input shapes (see LayerMeta)."""
     raise NotImplementedError(f'{cls.__name__} does not define FPropMeta.')
+
+
+def InheritBaseParams(child: hyperparams.Params,
+                      parent: hyperparams.Params) -> None:
+  """Sets, in place, the base params of `child` (dtype, fprop_dtype,
+  params_init, random_seed, skip_lp_regularization) that are at their
+  defaults to those of `parent`, as CreateChild does."""
+  defaults = BaseLayer.Params()
+  for key in _INHERITED:
+    if key in child and key in parent and child.Get(key) == defaults.Get(key):
+      child.Set(**{key: parent.Get(key)})
+
+
+def WithInheritedBaseParams(params: hyperparams.Params) -> hyperparams.Params:
+  """A copy of layer params in which every nested layer's params (also in
+  lists) have inherited the base params of the layer params around them,
+  as they would when built: what FPropMeta and the planner must read, e.g.
+  the compute dtype set once on a task."""
+  out = params.Copy()
+  _InheritDown(out)
+  return out
+
+
+def _IsLayerParams(value: Any) -> bool:
+  return isinstance(value, hyperparams.Params) and 'cls' in value and (
+      isinstance(value.cls, type) and issubclass(value.cls, BaseLayer))
+
+
+def _InheritDown(parent: hyperparams.Params) -> None:
+  for _, value in parent.IterParams():
+    children = value if isinstance(value, (list, tuple)) else [value]
+    for child in children:
+      if _IsLayerParams(child):
+        if _IsLayerParams(parent):
+          InheritBaseParams(child, parent)
+        _InheritDown(child)
+      elif isinstance(child, hyperparams.Params):
+        _InheritDown(child)
 
 
 def _CheckThetaKey(key: Any, where: str) -> None:

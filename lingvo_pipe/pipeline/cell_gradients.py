@@ -23,6 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import deferred_grads
 
@@ -103,6 +104,7 @@ class CellGradients:
     for acc, g in zip(self._accumulators, weight_grads):
       if g is None:
         continue
+      g = precision.CastGradients([g], [acc])[0]
       if sink == GradSink.ASSIGN:
         acc.assign(g)
       else:
@@ -122,8 +124,10 @@ class CellGradients:
   def StepGradients(self, theta: NestedMap) -> List[Optional[tf.Tensor]]:
     """The theta gradients summed over this step's backwards (returned or
     accumulated, plus the deferred products), flat as theta; None where
-    theta is not floating point. Call after the step's last backward: reads
-    of the accumulators are ordered after it."""
+    theta is not floating point. Each is in its variable's dtype (float32
+    under a reduced compute dtype: core/precision), cast on the cell's
+    device. Call after the step's last backward: reads of the accumulators
+    are ordered after it."""
     weights = iter(range(len(self._accumulators)))
     grads: List[Optional[tf.Tensor]] = []
     with tf.device(self._device):
@@ -135,6 +139,7 @@ class CellGradients:
         parts = [] if i in self._deferred_only else [self._Taped(i, x)]
         if i in self._factors:
           parts.append(deferred_grads.Product(self._factors[i]))
+        parts = precision.CastGradients(parts, [self._accumulators[i]] * len(parts))
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
     return grads
 

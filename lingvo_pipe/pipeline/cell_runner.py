@@ -81,11 +81,15 @@ def _Grads(tape: tf.GradientTape, ys: Any, xs: Sequence[Any],
 class CellRunner:
   """Runs cell k: forward per micro-batch, backward with recomputation."""
 
-  def __init__(self, cell: base_layer.BaseLayer, device: str) -> None:
+  def __init__(self, cell: base_layer.BaseLayer, device: str,
+               jit_compile: bool = False) -> None:
     """The traced functions are named '<cell name>_forward' /
-    '_backward_<GradSink value>'."""
+    '_backward_<GradSink value>'. With jit_compile the forward and the
+    gradient part of the backward are compiled with XLA
+    (cell_compilation)."""
     self.cell = cell
     self.device = device
+    self.jit_compile = jit_compile
     self.gradients = cell_gradients.CellGradients(cell, device)
     self._functions: Dict[_FunctionKey, Any] = {}
 
@@ -112,6 +116,7 @@ class CellRunner:
     takes a zero-filled gradient of every intermediate, gigabytes of zeros
     per step (docs/benchmarks/profiles.md). Otherwise the recording is None.
     """
+    decision = self._Compilable(decision)
     inline = decision is not None and decision.inline
     with tf.device(self.device), _KeptScope(scope_names.KEPT_FORWARD_SCOPE, inline):
       forward = self._Forward if inline else self._ForwardFunction()
@@ -137,6 +142,7 @@ class CellRunner:
     to self.gradients. Returns the input gradients, flat (None for inputs
     that are not floating point)."""
     sink = self.gradients.NextSink()
+    decision = self._Compilable(decision) or decision
     with tf.device(self.device):
       result = self._BackwardFunction(sink, num_micro, decision)(
           theta, inputs, output_grads)
@@ -158,6 +164,15 @@ class CellRunner:
     self.gradients.Keep(sink, result)
     return _InputGrads(result.input_grads, inputs)
 
+  def _Compilable(self, decision: Optional[remat.Decision]
+                  ) -> Optional[remat.Decision]:
+    """`decision` as compiled cells run it: nothing inlined (an inlined
+    forward is no function to compile), nothing deferred (the factors would
+    be tensors of a compiled function); see cell_compilation."""
+    if not self.jit_compile or decision is None:
+      return decision
+    return dataclasses.replace(decision, inline=False, defer=False)
+
   def _ForwardFunction(self) -> Any:
     """The traced forward, named '<cell name>_forward'."""
     return self._Traced((None, base_layer.IsEvalMode(), 1, None),
@@ -176,9 +191,35 @@ class CellRunner:
     """The tf.function of `method` under `key` (eval mode is part of it:
     layers read it while tracing), made on first use."""
     if key not in self._functions:
+      # A backward compiles its gradient part only (_GradientFunction): its
+      # accumulator updates stay outside XLA.
+      jit = self.jit_compile and not kind.startswith('backward')
       self._functions[key] = _NamedFunction(
-          method, f'{self.cell.params.name}_{kind}')
+          method, f'{self.cell.params.name}_{kind}', jit)
     return self._functions[key]
+
+  def _GradientFunction(self, decision: remat.Decision) -> Any:
+    """The compiled recomputation and gradient of a backward, named
+    '<cell name>_gradient': (theta, inputs, output grads) -> the gradients
+    of the floating theta then inputs (None where unconnected)."""
+    return self._Traced(
+        (None, base_layer.IsEvalMode(), 1, decision),
+        functools.partial(self._Gradients, decision=decision), 'gradient')
+
+  def _Gradients(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
+                 decision: remat.Decision) -> List[Any]:
+    with tf.device(self.device):
+      _, sources = _Differentiable(theta, inputs)
+      with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(sources)
+        outputs = self._RecomputedForward(theta, inputs, decision)
+      return _Grads(tape, containers.AsTuple(outputs), sources, output_grads)
+
+  def _RecomputedForward(self, theta: NestedMap, inputs: tuple,
+                         decision: remat.Decision) -> Any:
+    if decision.per_layer:
+      return self._LayerwiseRematFProp(theta, inputs)
+    return self.cell.FPropWithUpdates(theta, *inputs)[0]
 
   # --- traced bodies ------------------------------------------------------
 
@@ -192,13 +233,13 @@ class CellRunner:
                 num_micro: int) -> cell_gradients.BackwardResult:
     with tf.device(self.device):
       weights, sources = _Differentiable(theta, inputs)
+      if self.jit_compile:
+        grads = self._GradientFunction(decision)(theta, inputs, output_grads)
+        return self._Result(sink, sources, len(weights), grads, None)
       with deferred_grads.Deferring(weights if decision.defer else [], num_micro) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(sources)
-          if decision.per_layer:
-            outputs = self._LayerwiseRematFProp(theta, inputs)
-          else:
-            outputs = self.cell.FPropWithUpdates(theta, *inputs)[0]
+          outputs = self._RecomputedForward(theta, inputs, decision)
         grads = _Grads(tape, containers.AsTuple(outputs), sources, output_grads)
       return self._Result(sink, sources, len(weights), grads, collector)
 
@@ -250,8 +291,9 @@ def _KeptScope(name: str, inlined: bool):
   return tf.name_scope(name) if inlined else contextlib.nullcontext()
 
 
-def _NamedFunction(method, name: str):
-  """A tf.function of `method` whose graph functions carry `name`.
+def _NamedFunction(method, name: str, jit_compile: bool = False):
+  """A tf.function of `method` whose graph functions carry `name`,
+  compiled with XLA if `jit_compile`.
 
   It is never inlined into the caller's graph: the pipeline
   orders the calls on one device with control dependencies, and once inlined
@@ -264,7 +306,7 @@ def _NamedFunction(method, name: str):
     return method(*args)
 
   Body.__name__ = name
-  return tf.function(Body, autograph=False,
+  return tf.function(Body, autograph=False, jit_compile=jit_compile or None,
                      experimental_attributes={'_noinline': True})
 
 

@@ -20,8 +20,10 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cell_compilation
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
@@ -30,6 +32,7 @@ from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import replicas
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.remat import RematPolicy
 
 
@@ -100,6 +103,9 @@ class PipeliningLayer(base_layer.BaseLayer):
              "cell's first, and recomputing would restore them all for it "
              "anyway, so no device's peak grows. PER_LAYER always recomputes.")
     p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind.')
+    p.Define('jit_compile', CellCompilation.NONE, 'A CellCompilation: XLA '
+             "compiles each cell's forward and backward on its device "
+             '(pipeline/cell_compilation.py says what stays outside).')
     return p
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -115,10 +121,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.devices = self.replica_devices[0]
     self.num_cells = len(cell_params)
     runners = []
+    jit = cell_compilation.Compiles(p.jit_compile, self.fprop_dtype)
     for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
       with tf.device(device.name):
         cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name))
+      runners.append(cell_runner.CellRunner(cell, device.name, jit))
     self.__dict__['_runners'] = runners
     self.__dict__['_replica_runners'] = [runners] + [
         [cell_runner.CellRunner(cell, d.name) for cell, d in zip(self.cells, row)]
@@ -156,6 +163,16 @@ class PipeliningLayer(base_layer.BaseLayer):
     """Reads cell k's variables on its device."""
     with tf.device(self.devices[k].name):
       return tf.nest.map_structure(tf.convert_to_tensor, theta)
+
+  def _ComputeThetas(self, thetas: List[NestedMap]) -> List[NestedMap]:
+    """Each cell's theta cast to the dtypes its layers compute with
+    (core/precision), once per step on the cell's device; the identity in
+    float32."""
+    cast = []
+    for k, theta in enumerate(thetas):
+      with tf.device(self.devices[k].name):
+        cast.append(precision.CastTheta(self.cells[k], theta))
+    return cast
 
   def _MicroTheta(self, theta: NestedMap, m: int) -> NestedMap:
     """Cell theta for micro-batch m: step seeds [s0, s1 + m].
@@ -215,7 +232,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
                    num_micro: int) -> tuple:
     micro = self._contract.SplitInputs(inputs, num_micro)
-    tasks, _ = self._RunForward(thetas, micro)
+    tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
     return self._MergeOutputs(tasks, num_micro)
 
   def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
@@ -240,7 +257,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     def Pipeline(step_inputs, cell_thetas):
       with tf.device(self.devices[0].name):
         micro = self._contract.SplitInputs(step_inputs, num_micro)
-      tasks, summed = self._RunForward(cell_thetas, micro, training=True)
+      tasks, summed = self._RunForward(self._ComputeThetas(cell_thetas), micro,
+                                       training=True)
       outputs = self._MergeOutputs(tasks, num_micro)
       self._ApplyCellUpdates(summed)
       flat_out = tf.nest.flatten(outputs)
@@ -345,6 +363,14 @@ def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
   else:
     raise ValueError(f'PipeliningLayer {p.name!r} has no cells: set cell_tpl '
                      'or layers (with num_partitions or splits).')
+  # Base params (dtype, fprop_dtype...) as the cells will inherit them when
+  # built: FPropMeta, the boundary checks and the planner read them.
+  inherited = []
+  for cp in cells:
+    cp = cp.Copy()
+    base_layer.InheritBaseParams(cp, p)
+    inherited.append(base_layer.WithInheritedBaseParams(cp))
+  cells = inherited
   for k, cp in enumerate(cells):
     if 'sub' in cp and not cp.sub:
       raise ValueError(f'PipeliningLayer {p.name!r}: cell {k} is empty; every '

@@ -82,4 +82,5 @@ class PipelinedModel(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     pp = cls.PipelineParams(params)
+    base_layer.InheritBaseParams(pp, params)
     return pp.cls.FPropMeta(pp, *input_shapes)

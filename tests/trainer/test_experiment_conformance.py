@@ -11,13 +11,17 @@ from trainer import loop
 
 model_registry.ImportAllExperiments()
 KEYS = model_registry.Keys()
+# The full-size bfloat16 variants run in make test-slow; make test runs
+# lm.StdlibBytesTinyBf16, the same code path on a tiny model.
+_SLOW = {'lm.StdlibBytesGPipeBf16', 'mt.ReverseBytesGPipeBf16'}
 
 
 def test_experiments_are_registered():
   assert 'lm.StdlibBytesGPipe' in KEYS
 
 
-@pytest.mark.parametrize('key', KEYS)
+@pytest.mark.parametrize('key', [
+    pytest.param(k, marks=pytest.mark.slow) if k in _SLOW else k for k in KEYS])
 def test_experiment_conforms(key, tmp_path):
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(key))
   text = params.ToText()

@@ -8,6 +8,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 
 
@@ -106,7 +107,8 @@ class ActivationLayer(base_layer.BaseLayer):
 
   def FProp(self, theta: NestedMap, inputs: tf.Tensor) -> tf.Tensor:
     del theta  # No variables.
-    return ApplyActivation(self.params.activation, inputs)
+    return ApplyActivation(self.params.activation,
+                           precision.CastFloat(inputs, self.fprop_dtype))
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,

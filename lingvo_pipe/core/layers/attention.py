@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import shapes
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import weights
@@ -71,10 +72,18 @@ class MultiHeadedAttention(base_layer.BaseLayer):
                      key_vec: tf.Tensor, value_vec: tf.Tensor,
                      paddings: Optional[tf.Tensor] = None,
                      causal: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
-    """As FProp; returns (output [B, T, D], probabilities [B, N, T, S])."""
+    """As FProp; returns (output [B, T, D], probabilities [B, N, T, S]).
+
+    Projections and products run in the compute dtype (fprop_dtype; the
+    inputs are cast to it); the softmax over the logits runs in float32
+    (core/precision) and its probabilities are cast back.
+    """
     p = self.params
     _CheckLastDim(p, query_vec=query_vec.shape, key_vec=key_vec.shape,
                   value_vec=value_vec.shape)
+    dtype = self.fprop_dtype
+    query_vec, key_vec, value_vec = (precision.CastFloat(x, dtype) for x in
+                                     (query_vec, key_vec, value_vec))
     _, h = _Dims(p)
     q = _SplitHeads(_Project(query_vec, theta.query_w, theta.query_b),
                     p.num_heads)
@@ -84,9 +93,10 @@ class MultiHeadedAttention(base_layer.BaseLayer):
     q *= (h // p.num_heads)**-0.5
     logits = tf.einsum('btnh,bsnh->bnts', q, k)
     allowed = _AllowedMask(paddings, causal, shapes.Dim(q, 1), shapes.Dim(k, 1))
+    logits = precision.Float32(logits)
     if allowed is not None:
       logits = tf.where(allowed, logits, -0.7 * logits.dtype.max)
-    probs = tf.nn.softmax(logits, axis=-1)
+    probs = tf.cast(tf.nn.softmax(logits, axis=-1), dtype)
     context = tf.einsum('bnts,bsnh->btnh', probs, v)
     context = tf.reshape(context, [shapes.Dim(context, 0), shapes.Dim(context, 1), h])
     return _Project(context, theta.post_w, theta.post_b), probs

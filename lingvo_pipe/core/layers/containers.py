@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 
 
@@ -109,9 +110,12 @@ class ResidualLayer(base_layer.BaseLayer):
     self.CreateChild('body', self.params.body)
 
   def FProp(self, theta: NestedMap, inputs: tf.Tensor) -> tf.Tensor:
+    """inputs + body(inputs), in the compute dtype (inputs are cast to it)."""
+    inputs = precision.CastFloat(inputs, self.fprop_dtype)
     return inputs + self.body.FProp(theta.body, inputs)
 
   def FPropWithUpdates(self, theta: NestedMap, inputs: tf.Tensor) -> Tuple[Any, NestedMap]:
+    inputs = precision.CastFloat(inputs, self.fprop_dtype)
     out, updates = self.body.FPropWithUpdates(theta.body, inputs)
     return inputs + out, NestedMap(body=updates)
 
@@ -126,4 +130,5 @@ class ResidualLayer(base_layer.BaseLayer):
     return layer_meta.LayerMeta(
         out_shapes=(tf.TensorShape(input_shape),), flops=body.flops + n,
         param_bytes=body.param_bytes,
-        act_bytes=body.act_bytes + layer_meta.Bytes([input_shape], params.dtype))
+        act_bytes=body.act_bytes + layer_meta.Bytes(
+            [input_shape], precision.ComputeDtype(params)))

@@ -9,6 +9,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
@@ -167,10 +168,12 @@ class _BaseConv2DLayer(base_layer.BaseLayer):
     SpatialOutputShape(what, shape, p.filter_shape[:2], p.filter_stride,
                        p.padding, self.OutChannels(p))
     stride_h, stride_w = p.filter_stride
-    out = self._Convolve(inputs, tf.cast(theta.w, self.fprop_dtype),
+    dtype = self.fprop_dtype
+    out = self._Convolve(precision.CastFloat(inputs, dtype),
+                         precision.CastFloat(theta.w, dtype),
                          [1, stride_h, stride_w, 1])
     if p.has_bias:
-      out = tf.nn.bias_add(out, tf.cast(theta.b, self.fprop_dtype))
+      out = tf.nn.bias_add(out, precision.CastFloat(theta.b, dtype))
     return activations.ApplyActivation(p.activation, out)
 
   @classmethod

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import precision
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.nested_map import NestedMap
 
@@ -21,6 +22,12 @@ class DropoutLayer(base_layer.BaseLayer):
   path and p.random_seed, drawn with stateless random ops. So recomputing a
   pipeline cell reproduces the forward pass's mask exactly, every step and
   micro-batch draws a new mask, and two dropout layers draw different ones.
+
+  A value is kept where 32 random bits (Philox), read as an int32, fall
+  below the threshold round(keep_prob * 2^32) - 2^31. The bits are the same
+  under XLA (jit_compile) and TensorFlow's kernels, while their conversion
+  to floats in [0, 1) is not, so a compiled pipeline cell draws the same
+  mask as an uncompiled one (pipeline/cell_compilation.py).
   """
 
   USES_STEP_SEED = True
@@ -46,7 +53,7 @@ class DropoutLayer(base_layer.BaseLayer):
       ValueError: if a broadcast dim is out of range for the inputs' rank.
     """
     p = self.params
-    inputs = tf.convert_to_tensor(inputs)
+    inputs = precision.CastFloat(tf.convert_to_tensor(inputs), self.fprop_dtype)
     dims = _BroadcastDims(p, inputs.shape.rank)
     if p.keep_prob == 1.0 or base_layer.IsEvalMode():
       return inputs
@@ -54,17 +61,20 @@ class DropoutLayer(base_layer.BaseLayer):
     broadcast = tf.constant([i in dims for i in range(inputs.shape.rank)],
                             dtype=tf.bool)
     noise_shape = tf.where(broadcast, tf.ones_like(full_shape), full_shape)
-    uniform = tf.random.stateless_uniform(noise_shape, self._MaskSeed(theta))
-    keep = tf.cast(uniform < p.keep_prob, inputs.dtype)
+    bits = tf.random.stateless_uniform(noise_shape, self._MaskSeed(theta),
+                                       minval=None, maxval=None,
+                                       dtype=tf.int32, alg=_ALG)
+    keep = tf.cast(bits < _KeepThreshold(p.keep_prob), inputs.dtype)
     return inputs * (keep * (1.0 / p.keep_prob))
 
   def _MaskSeed(self, theta: NestedMap) -> tf.Tensor:
     """The stateless seed of this layer's mask for theta.step_seed."""
     step_seed = tf.cast(theta[base_layer.STEP_SEED_KEY], tf.int64)
     path_hash = zlib.crc32(self.path.encode('utf-8'))
-    seed = tf.random.experimental.stateless_fold_in(step_seed, path_hash)
+    seed = tf.random.experimental.stateless_fold_in(step_seed, path_hash,
+                                                    alg=_ALG)
     return tf.random.experimental.stateless_fold_in(
-        seed, self.params.random_seed or 0)
+        seed, self.params.random_seed or 0, alg=_ALG)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
@@ -82,7 +92,18 @@ class DropoutLayer(base_layer.BaseLayer):
         [1 if i in dims else d for i, d in enumerate(shape.as_list())])
     return layer_meta.LayerMeta(
         out_shapes=(shape,), flops=2 * mask + n,
-        act_bytes=(n + mask) * tf.as_dtype(params.dtype).size)
+        act_bytes=(n + mask) * precision.ComputeDtype(params).size)
+
+
+# The RNG of the masks, named rather than auto-selected: XLA's choice of
+# algorithm may differ from TensorFlow's kernels'.
+_ALG = 'philox'
+
+
+def _KeepThreshold(keep_prob: float) -> tf.Tensor:
+  """The int32 below which uniform 32-bit values are kept with probability
+  keep_prob (to within 2^-32)."""
+  return tf.constant(round(keep_prob * 2**32) - 2**31, tf.int32)
 
 
 def _CheckKeepProb(params: hyperparams.Params) -> None:

@@ -8,6 +8,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import weights
@@ -39,7 +40,8 @@ def _IntegerTensor(params: hyperparams.Params, what: str,
 class EmbeddingLayer(base_layer.BaseLayer):
   """Looks up rows of the embedding matrix emb [vocab_size, embedding_dim].
 
-  FProp(theta, ids [...]) -> [..., embedding_dim], multiplied by
+  FProp(theta, ids [...]) -> [..., embedding_dim] in the compute dtype
+  (fprop_dtype; the rows of the matrix cast to it), multiplied by
   sqrt(embedding_dim) if p.scale_sqrt_depth (as in the Transformer). A tied
   SoftmaxLayer uses theta.emb as its output projection.
   """
@@ -67,7 +69,8 @@ class EmbeddingLayer(base_layer.BaseLayer):
       TypeError: if `ids` are not integers.
     """
     p = self.params
-    outputs = tf.gather(theta.emb, _IntegerTensor(p, 'ids', ids))
+    outputs = tf.gather(precision.CastFloat(theta.emb, self.fprop_dtype),
+                        _IntegerTensor(p, 'ids', ids))
     if p.scale_sqrt_depth:
       outputs *= math.sqrt(p.embedding_dim)
     return outputs
@@ -85,7 +88,7 @@ class EmbeddingLayer(base_layer.BaseLayer):
     return layer_meta.LayerMeta(
         out_shapes=(out_shape,), flops=n if params.scale_sqrt_depth else 0,
         param_bytes=params.vocab_size * params.embedding_dim * size,
-        act_bytes=copies * n * size)
+        act_bytes=copies * n * precision.ComputeDtype(params).size)
 
 
 def SmoothedTargets(labels: tf.Tensor, num_classes: int, label_smoothing: float,
@@ -110,6 +113,11 @@ class SoftmaxLayer(base_layer.BaseLayer):
 
   With label smoothing eps the target distribution of label y is
   (1 - eps) * onehot(y) + eps / num_classes.
+
+  The projection runs in the compute dtype (fprop_dtype); the logits are
+  then cast to float32, and the log-softmax, the cross entropy and the loss
+  are float32 whatever fprop_dtype is (core/precision): so are the logits
+  and log_probs FProp returns.
   """
 
   @classmethod
@@ -147,8 +155,11 @@ class SoftmaxLayer(base_layer.BaseLayer):
       raise ValueError(f'SoftmaxLayer {p.name!r}: inputs of shape '
                        f'{inputs.shape} do not end in p.input_dim = '
                        f'{p.input_dim}.')
+    dtype = self.fprop_dtype
+    inputs = precision.CastFloat(inputs, dtype)
     if not p.tie_with_embedding:
-      return linear.ProjectLastDim(inputs, theta.w) + theta.b
+      return (linear.ProjectLastDim(inputs, precision.CastFloat(theta.w, dtype))
+              + precision.CastFloat(theta.b, dtype))
     emb = theta.get('emb')
     expected = [p.num_classes, p.input_dim]
     if emb is None or emb.shape != expected:
@@ -157,7 +168,8 @@ class SoftmaxLayer(base_layer.BaseLayer):
           f'SoftmaxLayer {p.name!r} is tied to an embedding: pass its matrix '
           f'{expected} as theta.emb, e.g. softmax.FProp(NestedMap('
           f'emb=theta.embedding.emb), x, labels); got {got}.')
-    return linear.ProjectLastDim(inputs, emb, transpose_w=True)
+    return linear.ProjectLastDim(inputs, precision.CastFloat(emb, dtype),
+                                 transpose_w=True)
 
   def FProp(self, theta: NestedMap, inputs: tf.Tensor,
             labels: Any) -> NestedMap:
@@ -178,7 +190,7 @@ class SoftmaxLayer(base_layer.BaseLayer):
       ValueError: if the shapes do not fit (see Logits).
     """
     p = self.params
-    logits = self.Logits(theta, inputs)
+    logits = precision.Float32(self.Logits(theta, inputs))
     labels = _IntegerTensor(p, 'labels', labels)
     if not labels.shape.is_compatible_with(logits.shape[:-1]):
       raise ValueError(f'SoftmaxLayer {p.name!r}: labels of shape '
@@ -216,12 +228,17 @@ class SoftmaxLayer(base_layer.BaseLayer):
     if not params.tie_with_embedding:
       flops += logits
       param_bytes = (params.input_dim + 1) * params.num_classes * size
+    # The loss side is float32 (class docstring); with a reduced compute
+    # dtype the projection's logits come first in that dtype.
+    act_bytes = (2 * logits + rows + 1) * max(size, 4)
+    if precision.IsReduced(params.fprop_dtype):
+      act_bytes += logits * precision.ComputeDtype(params).size
     logits_shape = labels_shape.concatenate([params.num_classes])
     out = NestedMap(logits=logits_shape, log_probs=logits_shape,
                     per_example_loss=labels_shape, loss=tf.TensorShape([]))
     return layer_meta.LayerMeta(
         out_shapes=(out,), flops=flops, param_bytes=param_bytes,
-        act_bytes=(2 * logits + rows + 1) * size)
+        act_bytes=act_bytes)
 
 
 def _CheckSoftmaxParams(params: hyperparams.Params) -> None:

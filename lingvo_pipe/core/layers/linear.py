@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import shapes
@@ -70,7 +71,7 @@ def AffineMeta(params: hyperparams.Params, out_shape: tf.TensorShape,
     num_params += out_shape[-1]
     flops += outputs
     produced += outputs
-  act_dtype = params.fprop_dtype or params.dtype
+  act_dtype = precision.ComputeDtype(params)
   affine = layer_meta.LayerMeta(
       out_shapes=(out_shape,), flops=flops,
       param_bytes=num_params * params.dtype.size,
@@ -172,16 +173,19 @@ class ProjectionLayer(base_layer.BaseLayer):
           [p.output_dim], init=weights.WeightInit.Constant(0.0)))
 
   def FProp(self, theta: NestedMap, inputs: tf.Tensor) -> tf.Tensor:
-    """Projects `inputs` [..., input_dim] to [..., output_dim].
+    """Projects `inputs` [..., input_dim] to [..., output_dim], in the
+    compute dtype (fprop_dtype): inputs and weights are cast to it.
 
     Raises:
       ValueError: if the static rank is < 2 or the last dim is not input_dim.
     """
     p = self.params
     _CheckInputShape(self.path, p.input_dim, inputs.shape)
-    out = ProjectLastDim(inputs, tf.cast(theta.w, self.fprop_dtype))
+    dtype = self.fprop_dtype
+    out = ProjectLastDim(precision.CastFloat(inputs, dtype),
+                         precision.CastFloat(theta.w, dtype))
     if p.has_bias:
-      out += tf.cast(theta.b, self.fprop_dtype)
+      out += precision.CastFloat(theta.b, dtype)
     return activations.ApplyActivation(p.activation, out)
 
   @classmethod

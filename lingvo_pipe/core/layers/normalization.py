@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import weights
 
@@ -59,12 +60,17 @@ def _NormMeta(params: hyperparams.Params, shape: tf.TensorShape,
               num_params: int, num_stats: int) -> layer_meta.LayerMeta:
   """Metadata of a normalization of `shape` with `num_stats` means (and as
   many inverse standard deviations): act_bytes counts the output, the
-  centered input and those statistics, what the backward pass needs."""
+  centered input and those statistics, what the backward pass needs: the
+  output in the compute dtype, the rest float32 (core/precision) and, with
+  a reduced compute dtype, the float32 copy of the input."""
   n = layer_meta.NumElements(shape)
   size = tf.as_dtype(params.dtype).size
+  act_bytes = n * precision.ComputeDtype(params).size + (n + 2 * num_stats) * size
+  if precision.IsReduced(params.fprop_dtype):
+    act_bytes += n * size
   return layer_meta.LayerMeta(
       out_shapes=(shape,), flops=_FLOPS_PER_ELEMENT * n,
-      param_bytes=num_params * size, act_bytes=(2 * n + 2 * num_stats) * size)
+      param_bytes=num_params * size, act_bytes=act_bytes)
 
 
 class LayerNorm(base_layer.BaseLayer):
@@ -72,8 +78,15 @@ class LayerNorm(base_layer.BaseLayer):
 
   y = (x - mean) / sqrt(variance + epsilon) * scale + bias, with the mean and
   (biased) variance of each example's last dimension. It keeps no
-  statistics, so train and eval behave alike.
+  statistics, so train and eval behave alike. The statistics and the
+  normalization are float32 whatever fprop_dtype is (core/precision), and
+  so are scale and bias as FProp reads them; y is in the compute dtype.
   """
+
+  def ThetaDtype(self, name: str) -> tf.DType:
+    """Float32 (params.dtype): the layer computes in it."""
+    del name
+    return tf.as_dtype(self.params.dtype)
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -98,9 +111,12 @@ class LayerNorm(base_layer.BaseLayer):
       ValueError: if the last dimension is not p.input_dim.
     """
     _CheckInputShape(self.params, 'input_dim', inputs.shape)
-    mean, variance = tf.nn.moments(inputs, axes=[-1], keepdims=True)
-    return _Normalize(inputs, mean, variance, theta.scale, theta.bias,
-                      self.params.epsilon)
+    dtype = self.ThetaDtype('scale')
+    x = precision.CastFloat(inputs, dtype)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    y = _Normalize(x, mean, variance, precision.CastFloat(theta.scale, dtype),
+                   precision.CastFloat(theta.bias, dtype), self.params.epsilon)
+    return precision.CastFloat(y, self.fprop_dtype)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
@@ -132,6 +148,11 @@ class BatchNormLayer(base_layer.BaseLayer):
   once: moving = decay * moving + (1 - decay) * statistic. With a single
   micro-batch this is ordinary batch norm.
 
+  The statistics, the normalization, gamma, beta and the moving averages
+  are float32 whatever fprop_dtype is (core/precision): a moving average
+  moves by (1 - decay) of its value per step, which bfloat16 rounds away.
+  The outputs are in the compute dtype.
+
   The sums are formed from each micro-batch's two-pass mean and variance
   (count * mean and count * (variance + mean^2)), never from squares of raw
   values accumulated one by one; combining them still loses precision when
@@ -139,6 +160,11 @@ class BatchNormLayer(base_layer.BaseLayer):
   """
 
   HAS_OWN_UPDATES = True
+
+  def ThetaDtype(self, name: str) -> tf.DType:
+    """Float32 (params.dtype): the layer computes in it."""
+    del name
+    return tf.as_dtype(self.params.dtype)
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -205,13 +231,16 @@ class BatchNormLayer(base_layer.BaseLayer):
     """Returns (outputs, mean, variance) with the statistics it used."""
     p = self.params
     shape = _CheckInputShape(p, 'dim', inputs.shape, _BATCH_NORM_RANKS)
+    dtype = self.ThetaDtype('gamma')
+    theta = precision.CastFloats(theta, dtype)
+    x = precision.CastFloat(inputs, dtype)
     if base_layer.IsEvalMode():
       mean, variance = theta.moving_mean, theta.moving_variance
     else:
-      mean, variance = tf.nn.moments(inputs, axes=list(range(shape.rank - 1)))
-    outputs = _Normalize(inputs, mean, variance, theta.gamma, theta.beta,
+      mean, variance = tf.nn.moments(x, axes=list(range(shape.rank - 1)))
+    outputs = _Normalize(x, mean, variance, theta.gamma, theta.beta,
                          p.epsilon)
-    return outputs, mean, variance
+    return precision.CastFloat(outputs, self.fprop_dtype), mean, variance
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,

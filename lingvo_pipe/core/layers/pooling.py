@@ -8,6 +8,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import conv
 from lingvo_pipe.core.nested_map import NestedMap
 
@@ -68,7 +69,7 @@ class PoolingLayer(base_layer.BaseLayer):
                             p.padding, shape[3])
     pool = (tf.nn.max_pool2d
             if p.pooling_type == PoolingType.MAX else tf.nn.avg_pool2d)
-    return pool(inputs, ksize=list(p.window_shape),
+    return pool(precision.CastFloat(inputs, self.fprop_dtype), ksize=list(p.window_shape),
                 strides=list(p.window_stride), padding=p.padding.value)
 
   @classmethod
@@ -114,7 +115,7 @@ class GlobalPoolingLayer(base_layer.BaseLayer):
     conv.CheckNHWC(f'GlobalPoolingLayer {self.path!r}', inputs.shape)
     reduce = (tf.reduce_max
               if p.pooling_type == PoolingType.MAX else tf.reduce_mean)
-    return reduce(inputs, axis=[1, 2])
+    return reduce(precision.CastFloat(inputs, self.fprop_dtype), axis=[1, 2])
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,

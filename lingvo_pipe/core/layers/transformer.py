@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import attention
 from lingvo_pipe.core.layers import dropout
@@ -80,6 +81,7 @@ class _PreLnTransformerBase(base_layer.BaseLayer):
                             tf.Tensor]) -> tf.Tensor:
     """x + dropout(body(layer, layer_theta, layer_norm(x))) of block `name`."""
     ln, drop = f'{name}_ln', f'{name}_dropout'
+    x = precision.CastFloat(x, self.fprop_dtype)
     normed = getattr(self, ln).FProp(theta[ln], x)
     out = body(getattr(self, name), theta[name], normed)
     return x + getattr(self, drop).FProp(theta[drop], out)

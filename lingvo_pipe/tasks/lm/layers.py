@@ -66,7 +66,7 @@ class TokenEmbeddingStage(base_layer.BaseLayer):
     return layer_meta.LayerMeta(
         (out, tf.TensorShape(paddings_shape), tf.TensorShape(labels_shape)),
         flops=2 * n, param_bytes=params.vocab_size * params.model_dim *
-        tf.as_dtype(params.dtype).size, act_bytes=layer_meta.Bytes([out, out], params.dtype))
+        tf.as_dtype(params.dtype).size, act_bytes=layer_meta.Bytes([out, out], params.fprop_dtype or params.dtype))
 
 
 
