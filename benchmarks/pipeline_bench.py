@@ -31,6 +31,11 @@ flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
 flags.DEFINE_bool('remat_last_micro_batch', False, 'With --remat=per_cell, '
                   "recompute each cell's last micro-batch too (PipeliningLayer's "
                   'remat_last_micro_batch).')
+flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved'],
+                  'The pipeline schedule (ScheduleKind value); other than gpipe, '
+                  'the step computes the loss inside the pipeline (FPropWithLoss).')
+flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '
+                     'interleaved schedule: the layers go into k*v cells.')
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')
@@ -62,11 +67,14 @@ def _BuildModel(workload):
   if FLAGS.baseline:
     with tf.device('/device:CPU:0'):
       return containers.SequentialLayer.Params().Set(name='model', sub=layers).Instantiate()
+  from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
   return gpipe.PipeliningLayer.Params().Set(
-      name='model', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
-      input_shapes=[workload.input_shape],
+      name='model', layers=layers, num_partitions=FLAGS.k * FLAGS.cells_per_device,
+      num_micro_batches=FLAGS.m, input_shapes=[workload.input_shape],
       remat=gpipe.RematPolicy(FLAGS.remat),
-      remat_last_micro_batch=FLAGS.remat_last_micro_batch).Instantiate()
+      remat_last_micro_batch=FLAGS.remat_last_micro_batch,
+      schedule=schedule.ScheduleKind(FLAGS.schedule),
+      cells_per_device=FLAGS.cells_per_device).Instantiate()
 
 
 def GraphOps(concrete_fn) -> int:
@@ -86,10 +94,19 @@ def Run(workload_name: str) -> dict:
   variables = list(model.trainable_variables)
   x = tf.random.stateless_normal(workload.input_shape, [1, 2])
 
+  loss_inside = FLAGS.schedule != 'gpipe' and not FLAGS.baseline
+  count = float(tf.size(x).numpy())  # the output is the input's shape
+
+  def MicroLoss(y):
+    return tf.reduce_sum(tf.square(y)) / count
+
   @tf.function(autograph=False)
   def Step(x):
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(model(x)))
+      if loss_inside:
+        loss = model.FPropWithLoss(model.theta, MicroLoss, x)[0]
+      else:
+        loss = tf.reduce_mean(tf.square(model(x)))
     for v, g in zip(variables, tape.gradient(loss, variables)):
       with tf.device(v.device):
         v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
@@ -114,6 +131,8 @@ def Run(workload_name: str) -> dict:
       M=1 if FLAGS.baseline else FLAGS.m,
       remat='none' if FLAGS.baseline else FLAGS.remat,
       remat_last_micro_batch=FLAGS.remat_last_micro_batch and not FLAGS.baseline,
+      schedule='none' if FLAGS.baseline else FLAGS.schedule,
+      cells_per_device=1 if FLAGS.baseline else FLAGS.cells_per_device,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,
       bfc_peak_bytes=step_peak,

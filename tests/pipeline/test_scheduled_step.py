@@ -143,3 +143,39 @@ def test_bad_schedule_shapes_fail_at_build(kwargs, match):
   with pytest.raises((ValueError, TypeError), match=match):
     gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, input_shapes=[shape],
                                        **kwargs).Instantiate()
+
+
+def test_language_model_task_trains_the_same_under_1f1b():
+  """The lm task (loss inside the pipeline under 1F1B) gives the loss and
+  the weight gradients of the GPipe task with the same weights."""
+  from lingvo_pipe.tasks.lm import model as lm_model  # pylint: disable=g-import-not-at-top
+
+  def Task(kind):
+    p = lm_model.LanguageModelTask.Params().Set(name='lm', random_seed=3)
+    p.stack.Set(vocab_size=16, model_dim=8, num_heads=2, hidden_dim=16, num_layers=2,
+                batch_size=models.BATCH, seq_len=4, residual_keep_prob=0.8)
+    p.stack.pipeline.Set(num_partitions=4, num_micro_batches=4, schedule=kind)
+    return p.Instantiate()
+
+  ids, paddings, labels = models.TransformerInputs(seed=5)
+  batch = base_layer.NestedMap(ids=ids, paddings=paddings, labels=labels)
+  results = []
+  for kind in (ScheduleKind.GPIPE, ONE_F):
+    task = Task(kind)
+    if results:
+      for v, w in zip(task.trainable_variables, results[0][2]):
+        v.assign(w)
+
+    @tf.function(autograph=False)
+    def Step(task=task):
+      with tf.GradientTape() as tape:
+        metrics = task.FProp(base_layer.WithStepSeed(task.theta, [1, 0]), batch)
+      return metrics, tape.gradient(metrics.loss, task.trainable_variables)
+
+    metrics, grads = Step()
+    results.append((metrics, grads, list(task.trainable_variables)))
+  (m0, g0, _), (m1, g1, _) = results
+  for key in ('loss', 'bits_per_byte', 'accuracy', 'num_tokens'):
+    transparency.AssertClose(m1[key], m0[key], key)
+  for a, b in zip(g1, g0):
+    transparency.AssertClose(a, b, 'gradient')
