@@ -41,6 +41,8 @@ flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
                      'pipelines need, at least 1).')
+flags.DEFINE_integer('planner_budget_mb', 1024, 'inspect_model: memory of '
+                     'each device for the planner\'s table, in MiB.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 
@@ -122,7 +124,11 @@ def Main(argv) -> None:
     return
   if FLAGS.mode == 'inspect_model':
     from trainer import inspection  # pylint: disable=g-import-not-at-top
-    print(inspection.ModelPlan(params.task))
+    if FLAGS.planner_budget_mb <= 0:
+      raise _UserError(f'--planner_budget_mb={FLAGS.planner_budget_mb} must be '
+                       '> 0: the memory of each device in MiB, e.g. 16384.')
+    print(inspection.ModelPlan(params.task, FLAGS.planner_budget_mb << 20,
+                               inspection.OptimizerSlots(params.trainer.optimizer)))
     return
   logdir = _PrepareLogdir(params)
   _ConfigureDevices(params)

@@ -46,7 +46,7 @@ after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 
 import dataclasses
 import enum
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Set, Tuple
 
 
 class ScheduleKind(enum.Enum):
@@ -302,3 +302,19 @@ def PeakInFlight(tasks: Sequence[Task]) -> List[int]:
     alive[t.cell] += 1 if t.phase == Phase.FORWARD else -1
     peak[t.cell] = max(peak[t.cell], alive[t.cell])
   return peak
+
+
+def KeptForwards(tasks: Sequence[Task]) -> Set[Tuple[int, int]]:
+  """(cell, micro-batch) of every forward that its own backward follows
+  next on its device: under per-cell remat these keep their activations
+  (remat.Decide), since recomputing would restore them at once."""
+  by_device: Dict[int, List[Task]] = {}
+  for t in sorted(tasks, key=lambda t: (t.clock, t.device)):
+    by_device.setdefault(t.device, []).append(t)
+  kept = set()
+  for order in by_device.values():
+    for a, b in zip(order, order[1:]):
+      if (a.phase == Phase.FORWARD and b.phase == Phase.BACKWARD and
+          (a.cell, a.micro_batch) == (b.cell, b.micro_batch)):
+        kept.add((a.cell, a.micro_batch))
+  return kept

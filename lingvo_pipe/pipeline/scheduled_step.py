@@ -18,7 +18,7 @@ them at once. Weight gradients are summed by the cells' CellGradients.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -64,26 +64,11 @@ class _Forward:
   recording: Optional[cell_runner.Recording]
 
 
-def KeptForwards(tasks: Sequence[schedule.Task]) -> Set[Tuple[int, int]]:
-  """(cell, micro-batch) of every forward that its own backward follows
-  next on its device."""
-  by_device: Dict[int, List[schedule.Task]] = {}
-  for t in tasks:
-    by_device.setdefault(t.device, []).append(t)
-  kept = set()
-  for order in by_device.values():
-    for a, b in zip(order, order[1:]):
-      if (a.phase == schedule.Phase.FORWARD and b.phase == schedule.Phase.BACKWARD
-          and (a.cell, a.micro_batch) == (b.cell, b.micro_batch)):
-        kept.add((a.cell, a.micro_batch))
-  return kept
-
-
 def Decisions(tasks: Sequence[schedule.Task], policy: remat.RematPolicy,
               remat_last_micro_batch: bool, num_micro: int
               ) -> Dict[Tuple[int, int], remat.Decision]:
   """remat.Decide for every (cell, micro-batch) of `tasks`."""
-  kept = KeptForwards(tasks)
+  kept = schedule.KeptForwards(tasks)
   return {(t.cell, t.micro_batch): remat.Decide(
       policy, remat_last_micro_batch, t.micro_batch, num_micro,
       backward_follows=(t.cell, t.micro_batch) in kept)

@@ -217,3 +217,12 @@ def test_an_order_that_waits_on_itself_is_reported():
   orders = [[(Phase.BACKWARD, 0, 0), (Phase.FORWARD, 0, 0)]]
   with pytest.raises(ValueError, match='deadlocks'):
     schedule._Clocks(orders, 1)  # pylint: disable=protected-access
+
+
+def test_kept_forwards_are_those_their_backward_follows():
+  """Fill-drain: each cell's last micro-batch; 1F1B: every micro-batch of
+  the last cell, and none of the others (K=3, M=4 tables above)."""
+  assert schedule.KeptForwards(schedule.Tasks(KIND.GPIPE, 3, 4)) == {
+      (0, 3), (1, 3), (2, 3)}
+  assert schedule.KeptForwards(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == {
+      (2, 0), (2, 1), (2, 2), (2, 3)}
