@@ -197,23 +197,31 @@ def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
   return len(cells), len(micro)
 
 
-def BubbleFraction(intervals: Sequence[Interval]) -> float:
-  """Idle share of the cells' devices between the first call's start and the
-  last call's end: 1 - busy time / (K * span)."""
+def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
+  """Per device, its busy share between the first call's start and the last
+  call's end (overlapping intervals count once)."""
   if not intervals:
     raise ValueError('No intervals: nothing to measure a bubble on.')
   start = min(i.start_us for i in intervals)
   span = max(i.end_us for i in intervals) - start
-  busy = 0.0
-  by_cell: Dict[int, List[Tuple[float, float]]] = {}
+  by_device: Dict[str, List[Tuple[float, float]]] = {}
   for i in intervals:
-    by_cell.setdefault(i.cell, []).append((i.start_us, i.end_us))
-  for spans in by_cell.values():
-    end = start
+    by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
+  fractions = {}
+  for device, spans in sorted(by_device.items()):
+    busy, end = 0.0, start
     for lo, hi in sorted(spans):
       busy += max(0.0, hi - max(lo, end))
       end = max(end, hi)
-  return 1.0 - busy / (len(by_cell) * span) if span > 0 else 0.0
+    fractions[device] = busy / span if span > 0 else 1.0
+  return fractions
+
+
+def BubbleFraction(intervals: Sequence[Interval]) -> float:
+  """Idle share of the cells' devices between the first call's start and the
+  last call's end: 1 - busy time / (K * span)."""
+  busy = BusyFractions(intervals)
+  return 1.0 - sum(busy.values()) / len(busy)
 
 
 def Summary(intervals: Sequence[Interval]) -> str:
@@ -283,7 +291,13 @@ def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1) -> str:
   Returns:
     The Summary line (K, M, measured and theoretical bubble).
   """
+  return Summary(RecordIntervals(step_fn, out_dir, warmup))
+
+
+def RecordIntervals(step_fn: Callable[[], Any], out_dir: str,
+                    warmup: int = 1) -> List[Interval]:
+  """As Record, returning the step's Intervals."""
   intervals = ProfileIntervals(step_fn, out_dir, warmup)
   WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'))
   WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'))
-  return Summary(intervals)
+  return intervals
