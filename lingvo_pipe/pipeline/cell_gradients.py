@@ -88,6 +88,18 @@ class CellGradients:
     self._factors: FactorPairs = {}
     self._deferred_only: Set[int] = set()
 
+  def StartLoopStep(self, theta: NestedMap, num_micro: int) -> None:
+    """Starts a step whose `num_micro` backwards are one backward function
+    called in a loop (tick_loop): sets the accumulators to zero, so that
+    every backward adds (GradSink.ADD)."""
+    self.StartStep(num_micro)
+    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
+    with tf.device(self._device):
+      for acc, w in zip(self._accumulators, weights):
+        acc.assign(tf.zeros_like(w))
+    self._num_micro = max(num_micro, 2)  # accumulated, never returned
+    self._backwards = 1
+
   def NextSink(self) -> GradSink:
     """The sink of the step's next backward."""
     if self._num_micro == 1:

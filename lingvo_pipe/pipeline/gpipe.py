@@ -34,6 +34,7 @@ from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline import scheduled_step
+from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.remat import RematPolicy
 
 
@@ -96,6 +97,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              'GPIPE trains through FProp and an outer tape, or FPropWithLoss; '
              'ONE_F_ONE_B and INTERLEAVED need the loss inside the pipeline: '
              'train them through FPropWithLoss.')
+    p.Define('loop_min_micro_batches', 0, 'With ScheduleKind.GPIPE, train '
+             'with M >= this as a tf.while_loop over clock ticks (tick_loop: '
+             'a step graph of 2K cell calls whatever M; every micro-batch '
+             'recomputed, no deferred weight gradients); 0: never, always '
+             'the unrolled emission.')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells.')
@@ -267,6 +273,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     """The training forward, with the backward as its custom gradient. The
     forward applies the cells' statistics, so its outputs are all it
     returns; tf.custom_gradient takes and returns nests."""
+    if tick_loop.Applicable(num_micro, self.params.loop_min_micro_batches):
+      return self._TrainTickLoop(thetas, inputs, num_micro)
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
@@ -283,6 +291,41 @@ class PipeliningLayer(base_layer.BaseLayer):
                for y, dy in zip(flat_out, dys)]
         d_inputs, d_thetas = self._RunBackward(tasks, dys, num_micro)
         return d_inputs + d_thetas
+
+      return outputs, Grad
+
+    return Pipeline(inputs, thetas)
+
+  def _TrainTickLoop(self, thetas: List[NestedMap], inputs: tuple,
+                     num_micro: int) -> tuple:
+    """_Train as two tf.while_loops over clock ticks (tick_loop)."""
+    first, last = self.devices[0].name, self.devices[-1].name
+
+    @tf.custom_gradient
+    def Pipeline(step_inputs, cell_thetas):
+      with tf.device(first):
+        micro = self._contract.SplitInputs(step_inputs, num_micro)
+      loop = tick_loop.TickLoop(self._runners, cell_thetas, micro, self.params.remat)
+      last_outputs, stash, summed = loop.Forward()
+      per_micro = loop.LastOutputs(last_outputs)
+      micro_size = self._contract.InputLayout(micro[0]).batch_size
+      with tf.device(last):
+        outputs = self._contract.MergeOutputs(per_micro, micro_size)
+      self._ApplyCellUpdates(summed)
+      flat_out = tf.nest.flatten(outputs)
+
+      def Grad(*dys, variables=None):
+        del variables  # the pipeline reads no variables; theta is passed in
+        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
+        with tf.device(last):
+          micro_dys = self._contract.SplitOutputGrads(per_micro[0], dys, num_micro)
+        for k, runner in enumerate(self._runners):
+          runner.gradients.StartLoopStep(cell_thetas[k], num_micro)
+        input_grads = loop.Backward(stash, micro_dys)
+        with tf.device(first):
+          d_inputs = self._contract.MergeInputGrads(micro[0], input_grads)
+        return d_inputs + [g for k, runner in enumerate(self._runners)
+                           for g in runner.gradients.StepGradients(cell_thetas[k])]
 
       return outputs, Grad
 
