@@ -36,6 +36,8 @@ flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved'],
                   'the step computes the loss inside the pipeline (FPropWithLoss).')
 flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '
                      'interleaved schedule: the layers go into k*v cells.')
+flags.DEFINE_integer('loop_min_micro_batches', 0, 'Fill-drain as a '
+                     'tf.while_loop over clock ticks when M >= this (0: unrolled).')
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')
@@ -74,7 +76,8 @@ def _BuildModel(workload):
       remat=gpipe.RematPolicy(FLAGS.remat),
       remat_last_micro_batch=FLAGS.remat_last_micro_batch,
       schedule=schedule.ScheduleKind(FLAGS.schedule),
-      cells_per_device=FLAGS.cells_per_device).Instantiate()
+      cells_per_device=FLAGS.cells_per_device,
+      loop_min_micro_batches=FLAGS.loop_min_micro_batches).Instantiate()
 
 
 def GraphOps(concrete_fn) -> int:
@@ -133,6 +136,7 @@ def Run(workload_name: str) -> dict:
       remat_last_micro_batch=FLAGS.remat_last_micro_batch and not FLAGS.baseline,
       schedule='none' if FLAGS.baseline else FLAGS.schedule,
       cells_per_device=1 if FLAGS.baseline else FLAGS.cells_per_device,
+      loop_min_micro_batches=0 if FLAGS.baseline else FLAGS.loop_min_micro_batches,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,
       bfc_peak_bytes=step_peak,

@@ -8,6 +8,9 @@ all of them alike):
   bubble  interleaved (v=2) against fill-drain: the bubble measured on the
           profiled timeline, ffn K=4 M=8, one thread per device, every
           micro-batch recomputed
+  loop    the tick loop against the unrolled fill-drain step: time to the
+          first step and step time, ffn K=4 at M in {4, 16, 64} and a
+          16-layer transformer (batch 32) K=8 at M in {8, 32}
 
 Raw JSON goes to docs/benchmarks/schedules.json; the page is rendered from
 it, so --sections= only re-renders.
@@ -29,7 +32,7 @@ from absl import flags
 
 from benchmarks import runner
 
-SECTIONS = ('memory', 'bubble')
+SECTIONS = ('memory', 'bubble', 'loop')
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('sections', list(SECTIONS), f'Which of {SECTIONS} to measure.')
@@ -62,6 +65,19 @@ def BubbleEntries(timeline_root: str) -> Dict[str, List[str]]:
           for name, args in (('gpipe', ['--schedule=gpipe']),
                              ('interleaved_v2', ['--schedule=interleaved',
                                                  '--cells_per_device=2']))}
+
+
+def LoopEntries() -> Dict[str, List[str]]:
+  entries = {}
+  for workload, k, ms, extra in (('ffn', 4, (4, 16, 64), []),
+                                 ('transformer', 8, (8, 32),
+                                  ['--num_layers=16', '--batch=32'])):
+    for m in ms:
+      for emission, loop in (('unrolled', 0), ('loop', 2)):
+        entries[f'{workload}_K{k}_M{m}_{emission}'] = [
+            f'--workload={workload}', f'--k={k}', f'--m={m}',
+            f'--loop_min_micro_batches={loop}'] + extra
+  return entries
 
 
 def Measure(entries: Dict[str, List[str]], steps: int, warmup: int) -> Dict[str, dict]:
@@ -138,6 +154,37 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
               '0.273, 0.58x).', '', 'Commands:', '']
     lines += [f"    {entry['command']}" for entry in bubble.values()]
     lines.append('')
+  loop = results.get('loop')
+  if loop:
+    lines += ['## Tick loop against the unrolled fill-drain step', '',
+              'Time to the first step (build, trace, first run) and step time, '
+              'medians; graph ops count the step and every function body. '
+              'Ratios: loop / unrolled at the same M, and first step at the '
+              "largest M / at the smallest M of each emission.", '']
+    rows = []
+    for name, entry in loop.items():
+      runs = entry['runs']
+      rows.append([name, runner.Fmt(runner.Median(runs, 'first_step_s'), '.2f'),
+                   runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'),
+                   runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f')])
+    lines += [runner.MarkdownTable(['configuration', 'first step s', 's/step',
+                                    'graph ops'], rows), '']
+    for workload, k, ms in (('ffn', 4, (4, 16, 64)), ('transformer', 8, (8, 32))):
+      def Get(m, emission, key):
+        entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
+        return runner.Median(entry['runs'], key) if entry else None
+      for emission in ('unrolled', 'loop'):
+        growth = runner.Ratio(Get(ms[-1], emission, 'first_step_s'),
+                              Get(ms[0], emission, 'first_step_s'))
+        lines.append(f'- {workload} K={k} {emission}: first step at M={ms[-1]} / '
+                     f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}')
+      for m in ms:
+        lines.append(f'- {workload} K={k} M={m}: loop / unrolled step time '
+                     f"{runner.Fmt(runner.Ratio(Get(m, 'loop', 'step_s_median'), Get(m, 'unrolled', 'step_s_median')), '.2f', 'x')}, "
+                     f"first step {runner.Fmt(runner.Ratio(Get(m, 'loop', 'first_step_s'), Get(m, 'unrolled', 'first_step_s')), '.2f', 'x')}")
+    lines += ['', 'Commands:', '']
+    lines += [f"    {entry['command']}" for entry in loop.values()]
+    lines.append('')
   return '\n'.join(lines)
 
 
@@ -151,6 +198,8 @@ def main(argv):
   if 'bubble' in FLAGS.sections:
     with tempfile.TemporaryDirectory() as root:
       results['bubble'] = Measure(BubbleEntries(root), steps=3, warmup=1)
+  if 'loop' in FLAGS.sections:
+    results['loop'] = Measure(LoopEntries(), steps=5, warmup=1)
   if FLAGS.sections:
     results['repeats'] = FLAGS.repeats
     results['machine'] = runner.MachineInfo()

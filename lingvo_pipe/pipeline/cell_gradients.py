@@ -100,6 +100,18 @@ class CellGradients:
     self._num_micro = max(num_micro, 2)  # accumulated, never returned
     self._backwards = 1
 
+  def TakeFactors(self) -> FactorPairs:
+    """Removes and returns the factor pairs kept so far this step (a loop
+    carries them out of its body itself, then hands them back with
+    PutFactors)."""
+    factors, self._factors = self._factors, {}
+    return factors
+
+  def PutFactors(self, factors: FactorPairs) -> None:
+    """Adds factor pairs to this step's, as Keep does."""
+    for i, pairs in factors.items():
+      self._factors.setdefault(i, []).extend(pairs)
+
   def NextSink(self) -> GradSink:
     """The sink of the step's next backward."""
     if self._num_micro == 1:

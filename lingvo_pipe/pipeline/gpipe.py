@@ -100,7 +100,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('loop_min_micro_batches', 0, 'With ScheduleKind.GPIPE, train '
              'with M >= this as a tf.while_loop over clock ticks (tick_loop: '
              'a step graph of 2K cell calls whatever M; every micro-batch '
-             'recomputed, no deferred weight gradients); 0: never, always '
+             'recomputed); 0: never, always '
              'the unrolled emission.')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
@@ -319,8 +319,6 @@ class PipeliningLayer(base_layer.BaseLayer):
         dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
         with tf.device(last):
           micro_dys = self._contract.SplitOutputGrads(per_micro[0], dys, num_micro)
-        for k, runner in enumerate(self._runners):
-          runner.gradients.StartLoopStep(cell_thetas[k], num_micro)
         input_grads = loop.Backward(stash, micro_dys)
         with tf.device(first):
           d_inputs = self._contract.MergeInputGrads(micro[0], input_grads)

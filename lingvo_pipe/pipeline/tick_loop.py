@@ -16,7 +16,9 @@ inputs to recompute it; tick-indexed writes happen every tick (zeros for an
 idle cell), so no write needs a condition. Every micro-batch is recomputed
 (as RematPolicy.PER_CELL with remat_last_micro_batch, or PER_LAYER's
 per-layer recomputation) and weight gradients are added into the cells'
-accumulators (CellGradients.StartLoopStep), never deferred. Batch-norm
+accumulators (CellGradients.StartLoopStep); under PER_CELL the projections'
+deferred factor pairs (deferred_grads) leave the loop in tick-indexed
+TensorArrays too, and each weight takes one product after it. Batch-norm
 statistics are summed in loop variables. Dropout masks take the step seed
 [s0, s1 + m] of micro-batch m, as in the unrolled emission.
 """
@@ -86,7 +88,7 @@ class TickLoop:
     self._input_struct = micro_inputs[0]
     self._decision = remat.Decision(record=False, inline=False,
                                     per_layer=policy == remat.RematPolicy.PER_LAYER,
-                                    defer=False)
+                                    defer=policy == remat.RematPolicy.PER_CELL)
     with tf.device(runners[0].device):
       flat = [tf.nest.flatten(x) for x in micro_inputs]
       self._stacked_inputs = [tf.stack(list(column)) for column in zip(*flat)]
@@ -165,13 +167,48 @@ class TickLoop:
                                            [a.read(m + k) for a in last]))
             for m in range(self._num_micro)]
 
+  def _FactorLayouts(self, stash: List[List[tf.TensorArray]],
+                     output_grads: List[List[Any]]) -> List[List[Tuple[int, List[tf.TensorSpec]]]]:
+    """Per cell, the weight gradients its backward defers: (weight index,
+    specs of its flat factor pairs), from a throwaway trace of one backward
+    per cell (the functions the loop then calls, traced once)."""
+
+    indices: List[List[int]] = []  # per cell, its deferring weights
+
+    def Probe():
+      layouts = []
+      for k, runner in enumerate(self._runners):
+        m = tf.constant(0)
+        x = self._CellInputs(k, m, stash)
+        dy = tf.nest.pack_sequence_as(
+            self._out_structs[k], [tf.zeros(s.shape, s.dtype)
+                                   for s in tf.nest.flatten(self._out_structs[k])])
+        runner.Backward(MicroTheta(self._thetas[k], m), x, dy, self._decision,
+                        self._num_micro)
+        factors = runner.gradients.TakeFactors()
+        indices.append(sorted(factors))
+        layouts.append([[t for pair in factors[i] for t in pair] for i in sorted(factors)])
+      return layouts
+
+    del output_grads
+    traced = tf.function(Probe, autograph=False).get_concrete_function()
+    return [[(i, _Specs(flat)) for i, flat in zip(cell_indices, cell)]
+            for cell_indices, cell in zip(indices, traced.structured_outputs)]
+
   def Backward(self, stash: List[List[tf.TensorArray]],
                output_grads: List[List[Any]]) -> List[List[Any]]:
     """The backward loop, from the gradients of each micro-batch's flat last
     outputs; adds the weight gradients into the cells' accumulators (call
-    CellGradients.StartLoopStep first). Returns per micro-batch the
-    gradients of the flat pipeline inputs (None where not floating)."""
+    CellGradients.StartLoopStep first) and hands the factors of deferred
+    weight gradients of every micro-batch to the cells' CellGradients.
+    Returns per micro-batch the gradients of the flat pipeline inputs (None
+    where not floating)."""
     num_micro, last = self._num_micro, self._num_cells - 1
+    for k, runner in enumerate(self._runners):
+      runner.gradients.StartLoopStep(self._thetas[k], num_micro)
+    layouts = self._FactorLayouts(stash, output_grads)
+    factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
+    factor_arrays = [_Arrays(specs, self._ticks) for specs in factor_specs]
     with tf.device(self._runners[last].device):
       stacked_dys = [tf.stack(list(column)) for column in zip(*output_grads)]
     in_flat = [tf.nest.flatten(self._input_struct)] + [
@@ -180,8 +217,9 @@ class TickLoop:
     grad_arrays = _Arrays(in_specs[0], self._ticks)
     registers = [_Zeros(specs) for specs in in_specs[1:]]  # d(inputs of cell k>0)
 
-    def Body(t, registers, grad_arrays):
+    def Body(t, registers, grad_arrays, factor_arrays):
       new_registers: List[Any] = [None] * (self._num_cells - 1)
+      new_factor_arrays: List[Any] = [None] * self._num_cells
       for k in reversed(range(self._num_cells)):
         runner = self._runners[k]
         m = num_micro - 1 - (t - (last - k))
@@ -195,22 +233,39 @@ class TickLoop:
         def Run(k=k, runner=runner, x=x, dy=dy, m=m):
           dx = runner.Backward(MicroTheta(self._thetas[k], m), x, dy,
                                self._decision, num_micro)
+          factors = runner.gradients.TakeFactors()
           return [tf.zeros_like(v) if g is None else g
-                  for v, g in zip(tf.nest.flatten(x), dx)]
+                  for v, g in zip(tf.nest.flatten(x), dx)] + [
+                      t for i in sorted(factors) for pair in factors[i] for t in pair]
 
-        def Idle(x=x):
-          return [tf.zeros_like(v) for v in tf.nest.flatten(x)]
+        def Idle(x=x, k=k):
+          return [tf.zeros_like(v) for v in tf.nest.flatten(x)] + _Zeros(factor_specs[k])
 
         with tf.device(runner.device):
-          dx = tf.cond(_Active(m, num_micro), Run, Idle)
+          result = tf.cond(_Active(m, num_micro), Run, Idle)
+          num_dx = len(tf.nest.flatten(x))
+          dx, factors = result[:num_dx], result[num_dx:]
+          new_factor_arrays[k] = [a.write(t, f) for a, f in zip(factor_arrays[k], factors)]
         if k > 0:
           new_registers[k - 1] = dx
         else:
           grad_arrays = [a.write(t, g) for a, g in zip(grad_arrays, dx)]
-      return t + 1, new_registers, grad_arrays
+      return t + 1, new_registers, grad_arrays, new_factor_arrays
 
-    _, _, grad_arrays = tf.while_loop(
-        lambda t, *_: t < self._ticks, Body, (tf.constant(0), registers, grad_arrays))
+    _, _, grad_arrays, factor_arrays = tf.while_loop(
+        lambda t, *_: t < self._ticks, Body,
+        (tf.constant(0), registers, grad_arrays, factor_arrays))
+    for k, runner in enumerate(self._runners):
+      # Cell k runs micro-batch m at tick (K-1-k) + M-1-m: every m's pairs.
+      ticks = [last - k + num_micro - 1 - m for m in range(num_micro)]
+      flat = iter(factor_arrays[k])
+      factors = {}
+      with tf.device(runner.device):
+        for i, specs in layouts[k]:
+          arrays = [next(flat) for _ in specs]
+          factors[i] = [(arrays[j].read(t), arrays[j + 1].read(t))
+                        for t in ticks for j in range(0, len(arrays), 2)]
+      runner.gradients.PutFactors(factors)
     # Cell 0 runs micro-batch m at tick K-1 + M-1-m.
     with tf.device(self._runners[0].device):
       return [[g.read(last + num_micro - 1 - m) if IsDifferentiable(x) else None
