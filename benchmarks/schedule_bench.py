@@ -84,8 +84,15 @@ def Measure(entries: Dict[str, List[str]], steps: int, warmup: int) -> Dict[str,
   commands = {name: runner.OursCommand(args + FLAGS.bench_args, steps, warmup)
               for name, args in entries.items()}
   runs = runner.Alternate(commands, FLAGS.repeats, FLAGS.timeout_s, log=_Log)
-  return {name: dict(command=commands[name].Text(), runs=runs[name])
+  return {name: dict(command=_Portable(commands[name].Text()), runs=runs[name])
           for name in entries}
+
+
+def _Portable(command: str) -> str:
+  """The command as a reader runs it: `python`, and DIR for the timeline's
+  temporary directory."""
+  command = command.replace(sys.executable, 'python')
+  return re.sub(r'--timeline_dir=\S*/', '--timeline_dir=DIR/', command)
 
 
 def _MeasuredBubbles(runs: List[dict]) -> List[float]:
