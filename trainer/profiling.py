@@ -1,10 +1,11 @@
 """The trainer's profile mode: a pipeline timeline of one training step."""
 
 import os
-from typing import List
+from typing import List, Optional
 
 import tensorflow as tf
 
+from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.profiling import timeline
 from trainer import loop
@@ -38,10 +39,24 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
     trainer_obj.Train(int(trainer_obj.global_step.numpy()) + 1)
 
   logdir = os.path.abspath(trainer_obj.logdir)
-  intervals = timeline.RecordIntervals(OneStep, logdir, warmup=warmup_steps)
+  tasks = _ScheduleTasks(trainer_obj.task)
+  intervals = timeline.RecordIntervals(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
                  os.path.join(logdir, 'profile'), int(trainer_obj.global_step.numpy()))
-  return timeline.Summary(intervals)
+  return timeline.Summary(intervals, tasks)
+
+
+def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
+  """The schedule.Tasks of the task's pipeline if it runs a schedule other
+  than fill-drain with a fixed M (the timeline's labels), else None."""
+  for module in task.submodules:
+    if isinstance(module, gpipe.PipeliningLayer):
+      p = module.params
+      if p.schedule == schedule.ScheduleKind.GPIPE or p.micro_batch_size:
+        return None
+      return schedule.Tasks(p.schedule, module.num_devices, p.num_micro_batches,
+                            p.cells_per_device)
+  return None
 
 
 def WriteSummaries(intervals: List[timeline.Interval], png_path: str,
