@@ -46,3 +46,28 @@ def test_render_ratios():
   assert 'Interleaved / fill-drain measured bubble: 0.50x' in page
   assert 'ffn K=4 unrolled: first step at M=64 / M=4: 16.00x' in page
   assert 'ffn K=4 loop: first step at M=64 / M=4: 1.00x' in page
+
+
+def test_planner_brackets_the_measured_schedule_peaks():
+  """The planner's model of each schedule against the measured rows of
+  docs/benchmarks/schedules.json: on CPU one allocator serves every device,
+  so a measured peak lies between the planner's shared_peak_bytes (the
+  cells' activation peaks never coincide) and total_peak_bytes (they all
+  do)."""
+  import json  # pylint: disable=g-import-not-at-top
+  from benchmarks import runner, workloads  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.remat import RematPolicy  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
+  results = json.loads((runner.REPO_ROOT / 'docs' / 'benchmarks' / 'schedules.json').read_text())
+  w = workloads.WORKLOADS['transformer-act']
+  checked = 0
+  for name, entry in results['memory'].items():
+    kind, remat = name.rsplit('_', 1) if not name.endswith('per_cell') else (
+        name[:-len('_per_cell')], 'per_cell')
+    measured = runner.Median(entry['runs'], 'bfc_peak_bytes')
+    row = planner.Estimate(workloads.Layers(w), [w.input_shape], 4, 8, RematPolicy(remat),
+                           schedule_kind=ScheduleKind(kind))
+    assert row.shared_peak_bytes <= measured <= row.total_peak_bytes, (name, row, measured)
+    checked += 1
+  assert checked == 4
