@@ -35,12 +35,17 @@ from benchmarks import runner
 SECTIONS = ('memory', 'bubble', 'loop')
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list('sections', list(SECTIONS), f'Which of {SECTIONS} to measure.')
-flags.DEFINE_integer('repeats', 3, 'Fresh-process runs per configuration.')
-flags.DEFINE_float('timeout_s', 1800, 'Per-run timeout.')
-flags.DEFINE_list('bench_args', [], 'Extra pipeline_bench flags for every run.')
-flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'),
-                    'Where schedules.json and schedules.md go.')
+
+
+def _DefineFlags() -> None:
+  """The program's flags, defined when it runs (other benchmark programs
+  define flags of the same names; tests import several of them)."""
+  flags.DEFINE_list('sections', list(SECTIONS), f'Which of {SECTIONS} to measure.')
+  flags.DEFINE_integer('repeats', 3, 'Fresh-process runs per configuration.')
+  flags.DEFINE_float('timeout_s', 1800, 'Per-run timeout.')
+  flags.DEFINE_list('bench_args', [], 'Extra pipeline_bench flags for every run.')
+  flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'),
+                      'Where schedules.json and schedules.md go.')
 
 _BUBBLE = re.compile(r'bubble: measured ([0-9.]+)')
 
@@ -117,7 +122,7 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
   if memory:
     lines += ['## 1F1B against fill-drain (transformer-act, K=4, M=8)', '',
               'Allocator (BFC) peak of a training step and step time, medians '
-              f"over {FLAGS.repeats if not results.get('repeats') else results['repeats']} "
+              f"over {results.get('repeats', '?')} "
               'fresh processes per row, rows alternating.', '']
     rows = []
     for remat in ('none', 'per_cell'):
@@ -219,4 +224,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _DefineFlags()
   app.run(main)

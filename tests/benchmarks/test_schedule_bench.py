@@ -1,8 +1,14 @@
 """schedule_bench's configurations and its page, from made-up runs."""
 
+import json
 import sys
 
+from benchmarks import runner
 from benchmarks import schedule_bench
+from benchmarks import workloads
+from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline.remat import RematPolicy
+from lingvo_pipe.pipeline.schedule import ScheduleKind
 
 
 def _Runs(**values):
@@ -54,11 +60,6 @@ def test_planner_brackets_the_measured_schedule_peaks():
   so a measured peak lies between the planner's shared_peak_bytes (the
   cells' activation peaks never coincide) and total_peak_bytes (they all
   do)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from benchmarks import runner, workloads  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline.remat import RematPolicy  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
   results = json.loads((runner.REPO_ROOT / 'docs' / 'benchmarks' / 'schedules.json').read_text())
   w = workloads.WORKLOADS['transformer-act']
   checked = 0
