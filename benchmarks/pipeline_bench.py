@@ -33,6 +33,13 @@ flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
 flags.DEFINE_bool('remat_last_micro_batch', False, 'With --remat=per_cell, '
                   "recompute each cell's last micro-batch too (PipeliningLayer's "
                   'remat_last_micro_batch).')
+flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved'],
+                  'The pipeline schedule (ScheduleKind value); other than gpipe, '
+                  'the step computes the loss inside the pipeline (FPropWithLoss).')
+flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '
+                     'interleaved schedule: the layers go into k*v cells.')
+flags.DEFINE_integer('loop_min_micro_batches', 0, 'Fill-drain as a '
+                     'tf.while_loop over clock ticks when M >= this (0: unrolled).')
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')
@@ -70,12 +77,16 @@ def _BuildModel(workload):
     with tf.device('/device:CPU:0'):
       return containers.SequentialLayer.Params().Set(
           name='model', sub=layers, fprop_dtype=dtype).Instantiate()
+  from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
   return gpipe.PipeliningLayer.Params().Set(
-      name='model', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
-      input_shapes=[workload.input_shape],
+      name='model', layers=layers, num_partitions=FLAGS.k * FLAGS.cells_per_device,
+      num_micro_batches=FLAGS.m, input_shapes=[workload.input_shape],
       remat=gpipe.RematPolicy(FLAGS.remat),
       remat_last_micro_batch=FLAGS.remat_last_micro_batch, fprop_dtype=dtype,
-      jit_compile=gpipe.CellCompilation(FLAGS.jit_compile)).Instantiate()
+      jit_compile=gpipe.CellCompilation(FLAGS.jit_compile),
+      schedule=schedule.ScheduleKind(FLAGS.schedule),
+      cells_per_device=FLAGS.cells_per_device,
+      loop_min_micro_batches=FLAGS.loop_min_micro_batches).Instantiate()
 
 
 def GraphOps(concrete_fn) -> int:
@@ -95,10 +106,19 @@ def Run(workload_name: str) -> dict:
   variables = list(model.trainable_variables)
   x = tf.random.stateless_normal(workload.input_shape, [1, 2])
 
+  loss_inside = FLAGS.schedule != 'gpipe' and not FLAGS.baseline
+  count = float(tf.size(x).numpy())  # the output is the input's shape
+
+  def MicroLoss(y):
+    return tf.reduce_sum(tf.square(tf.cast(y, tf.float32))) / count
+
   @tf.function(autograph=False)
   def Step(x):
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32)))
+      if loss_inside:
+        loss = model.FPropWithLoss(model.theta, MicroLoss, x)[0]
+      else:
+        loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32)))
     for v, g in zip(variables, tape.gradient(loss, variables)):
       with tf.device(v.device):
         v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
@@ -123,6 +143,9 @@ def Run(workload_name: str) -> dict:
       M=1 if FLAGS.baseline else FLAGS.m,
       remat='none' if FLAGS.baseline else FLAGS.remat,
       remat_last_micro_batch=FLAGS.remat_last_micro_batch and not FLAGS.baseline,
+      schedule='none' if FLAGS.baseline else FLAGS.schedule,
+      cells_per_device=1 if FLAGS.baseline else FLAGS.cells_per_device,
+      loop_min_micro_batches=0 if FLAGS.baseline else FLAGS.loop_min_micro_batches,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,
       bfc_peak_bytes=step_peak,
@@ -133,7 +156,10 @@ def Run(workload_name: str) -> dict:
       fprop_dtype=FLAGS.fprop_dtype, jit_compile=FLAGS.jit_compile)
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
-    result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir)
+    from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
+    tasks = None if FLAGS.schedule == 'gpipe' else schedule.Tasks(
+        schedule.ScheduleKind(FLAGS.schedule), FLAGS.k, FLAGS.m, FLAGS.cells_per_device)
+    result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
   return result
 
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe import model_registry
+from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.tasks.lm import input_generator as lm_input
 from lingvo_pipe.tasks.lm import model as lm_model
 
@@ -47,6 +48,18 @@ class StdlibBytesGPipe(base_experiment.BaseExperiment):
         optimizer=base_experiment.OptimizerKind.ADAM,
         lr_schedule=base_experiment.LrSchedule.COSINE, warmup_steps=100,
         clip_gradient_norm_to_value=1.0, eval_steps=20)
+
+
+@model_registry.RegisterExperiment
+class StdlibBytesOneFOneB(StdlibBytesGPipe):
+  """The demo's model and data with the 1F1B schedule (PipeDream-flush):
+  each micro-batch's loss and backward start as soon as its forward leaves
+  the last cell, so cell k keeps at most 4-k micro-batches, not 8."""
+
+  def Task(self) -> hyperparams.Params:
+    p = super().Task()
+    p.stack.pipeline.schedule = schedule.ScheduleKind.ONE_F_ONE_B
+    return p
 
 
 @model_registry.RegisterExperiment

@@ -4,6 +4,7 @@ from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
+from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
@@ -15,6 +16,28 @@ from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline import schedule
 
 DEFAULT_BUDGET_BYTES = 1 << 30  # memory of each device for the planner table
+
+# Slot variables per weight of each optimizer the trainer builds
+# (trainer/optimizers.py: tf.compat.v1.train's Adam: m and v; momentum:
+# the velocity; RMSProp: rms and momentum; SGD none).
+_OPTIMIZER_SLOTS = {
+    base_experiment.OptimizerKind.SGD: 0,
+    base_experiment.OptimizerKind.MOMENTUM: 1,
+    base_experiment.OptimizerKind.ADAM: 2,
+    base_experiment.OptimizerKind.RMSPROP: 2,
+}
+
+# The schedules the planner weighs: (ScheduleKind, cells per device).
+PLANNED_SCHEDULES = ((schedule.ScheduleKind.GPIPE, 1),
+                     (schedule.ScheduleKind.ONE_F_ONE_B, 1),
+                     (schedule.ScheduleKind.INTERLEAVED, 2))
+
+
+def OptimizerSlots(kind: base_experiment.OptimizerKind) -> int:
+  """Slot variables per weight of the optimizer `kind`."""
+  if kind not in _OPTIMIZER_SLOTS:
+    raise ValueError(f'Unknown optimizer {kind!r}; use an OptimizerKind.')
+  return _OPTIMIZER_SLOTS[kind]
 
 
 def _Pipelines(params: Any, path: str = '') -> Iterator[tuple]:
@@ -54,20 +77,27 @@ def _NumMicroBatches(p: hyperparams.Params) -> Optional[int]:
   return micro_batch.NumMicroBatches(p, batch)
 
 
+def _Bubble(p: hyperparams.Params, num_devices: int, num_micro: int) -> float:
+  """The idle share of p's schedule (its unit-time table)."""
+  return schedule.MeasuredBubble(schedule.Tasks(p.schedule, num_devices, num_micro,
+                                                p.cells_per_device))
+
+
 def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
                   budget_bytes: int, optimizer_slots: int) -> List[str]:
   """The planner's candidates around the configured K and M, every remat."""
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
-  num_cells = len(gpipe.CellParams(p))
+  num_devices = len(gpipe.CellParams(p)) // max(p.cells_per_device, 1)
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
-                      cells=_Around(num_cells), micro_batches=_Around(num_micro),
+                      cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
-                      broadcast_inputs=p.broadcast_inputs)
+                      broadcast_inputs=p.broadcast_inputs, schedules=PLANNED_SCHEDULES)
   best = planner.Recommend(rows)
-  verdict = (f'K={best.num_cells} M={best.num_micro_batches} remat '
-             f'{best.remat.name}' if best else 'none fits')
+  verdict = (f'K={best.num_devices} M={best.num_micro_batches} remat '
+             f'{best.remat.name} schedule {planner.ScheduleName(best)}'
+             if best else 'none fits')
   per_replica = (f'; for each of the {p.num_replicas} replicas: 1/'
                  f'{p.num_replicas} of the batch, and the weights once per '
                  'device (replica 0 also holds the optimizer slots and adds '
@@ -98,20 +128,22 @@ def _ReplicaInputShapes(p: hyperparams.Params) -> List[Any]:
   return out
 
 
-def _Places(p: hyperparams.Params, num_cells: int,
+def _Places(p: hyperparams.Params, num_devices: int, num_cells: int,
             cluster_tasks: int) -> device_mapping.Places:
   """[replica][cell] devices of pipeline params `p`, as a run would place
-  them: p.devices, else the worker tasks' or logical CPU devices."""
+  them (cell k on its replica's device k mod num_devices): p.devices, else
+  the worker tasks' or logical CPU devices."""
   if p.devices:
     devices = [cluster.Device.Parse(d) for d in p.devices]
   elif cluster_tasks:
     devices = cluster.WorkerDevices(cluster_tasks)
   else:
     devices = [cluster.Device(cluster.DeviceType.CPU, j) for j in range(
-        device_mapping.NumDevicesNeeded(num_cells, p.num_replicas,
-                                        p.cells_per_device))]
-  return device_mapping.PlaceReplicas(num_cells, p.num_replicas, devices,
-                                      p.cells_per_device, check_exists=False)
+        device_mapping.NumDevicesNeeded(num_devices, p.num_replicas,
+                                        p.consecutive_cells_per_device))]
+  rows = device_mapping.PlaceReplicas(num_devices, p.num_replicas, devices,
+                                      p.consecutive_cells_per_device, check_exists=False)
+  return [[row[k % num_devices] for k in range(num_cells)] for row in rows]
 
 
 def ModelPlan(task_params: hyperparams.Params,
@@ -128,15 +160,17 @@ def ModelPlan(task_params: hyperparams.Params,
   task_params = base_layer.WithInheritedBaseParams(task_params)
   for path, p in _Pipelines(task_params):
     cells = gpipe.CellParams(p)
-    places = _Places(p, len(cells), cluster_tasks)
+    num_devices = len(cells) // max(p.cells_per_device, 1)
+    places = _Places(p, num_devices, len(cells), cluster_tasks)
     num_micro = _NumMicroBatches(p)
     bubble = ('unknown (micro_batch_size needs input_shapes)' if num_micro is None
-              else f'{schedule.BubbleFraction(len(cells), num_micro):.1%}')
+              else f'{_Bubble(p, num_devices, num_micro):.1%}')
     replicas = (f', R={p.num_replicas} replicas of 1/{p.num_replicas} of the '
                 'batch each (variables and updates on replica 0)'
                 if p.num_replicas > 1 else '')
     lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
-                 f'micro-batches{replicas}, remat {p.remat.name}, bubble {bubble}')
+                 f'micro-batches{replicas}, remat {p.remat.name}, schedule '
+                 f'{p.schedule.name}, bubble {bubble}')
     lines.append(f'  {"cell":<5} {"device":<42} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
     shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])

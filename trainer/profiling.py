@@ -1,7 +1,12 @@
 """The trainer's profile mode: a pipeline timeline of one training step."""
 
 import os
+from typing import List, Optional
 
+import tensorflow as tf
+
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.profiling import timeline
 from trainer import loop
 
@@ -19,7 +24,9 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
 
   Returns:
     The bubble Summary line; logdir/timeline.json and logdir/timeline.png
-    are written, the raw profile under logdir/plugins/profile.
+    are written, the raw profile under logdir/plugins/profile, and the
+    bubble, each device's busy fraction and the picture as TensorBoard
+    summaries under logdir/profile (WriteSummaries).
 
   Raises:
     ValueError: warmup_steps < 1, or the step has no pipeline cell calls.
@@ -31,5 +38,43 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
   def OneStep() -> None:
     trainer_obj.Train(int(trainer_obj.global_step.numpy()) + 1)
 
-  return timeline.Record(OneStep, os.path.abspath(trainer_obj.logdir),
-                         warmup=warmup_steps)
+  logdir = os.path.abspath(trainer_obj.logdir)
+  tasks = _ScheduleTasks(trainer_obj.task)
+  intervals = timeline.RecordIntervals(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
+  WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
+                 os.path.join(logdir, 'profile'), int(trainer_obj.global_step.numpy()))
+  return timeline.Summary(intervals, tasks)
+
+
+def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
+  """The schedule.Tasks of the task's pipeline if it runs a schedule other
+  than fill-drain with a fixed M (the timeline's labels), else None."""
+  for module in task.submodules:
+    if isinstance(module, gpipe.PipeliningLayer):
+      p = module.params
+      if p.schedule == schedule.ScheduleKind.GPIPE or p.micro_batch_size:
+        return None
+      return schedule.Tasks(p.schedule, module.num_devices, p.num_micro_batches,
+                            p.cells_per_device)
+  return None
+
+
+def WriteSummaries(intervals: List[timeline.Interval], png_path: str,
+                   summary_dir: str, step: int) -> None:
+  """Writes the profiled step to TensorBoard (summary_dir, at `step`), next
+  to the training curves: scalars pipeline/bubble_measured,
+  pipeline/bubble_theoretical ((K-1)/(M+K-1)) and per device
+  pipeline/busy_fraction/<device>, and the timeline PNG as the image
+  pipeline/timeline."""
+  k, m = timeline.NumCellsAndMicroBatches(intervals)
+  writer = tf.summary.create_file_writer(summary_dir)
+  with writer.as_default(step=step):
+    tf.summary.scalar('pipeline/bubble_measured', timeline.BubbleFraction(intervals))
+    tf.summary.scalar('pipeline/bubble_theoretical', schedule.BubbleFraction(k, m))
+    for device, busy in timeline.BusyFractions(intervals).items():
+      name = device.rsplit('device:', 1)[-1].replace(':', '_').replace(' ', '_')
+      tf.summary.scalar(f'pipeline/busy_fraction/{name}', busy)
+    with open(png_path, 'rb') as f:
+      image = tf.image.decode_png(f.read(), channels=4)
+    tf.summary.image('pipeline/timeline', image[None], max_outputs=1)
+  writer.flush()

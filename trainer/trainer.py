@@ -65,6 +65,8 @@ flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run '
 flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines "
                   '(INFO and up). Without it only FATAL ones show, or those '
                   'at and above TF_CPP_MIN_LOG_LEVEL when that is set.')
+flags.DEFINE_integer('planner_budget_mb', 1024, 'inspect_model: memory of '
+                     'each device for the planner\'s table, in MiB.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
 flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text '
@@ -120,9 +122,9 @@ def _ConfigureDevices(params) -> None:
     if needed > len(config.Tasks()):
       raise _UserError(
           f'The model needs {needed} devices (cells x replicas / '
-          f'cells_per_device) but --cluster_spec has {len(config.Tasks())} '
+          f'consecutive_cells_per_device) but --cluster_spec has {len(config.Tasks())} '
           'worker task(s); start more workers, or lower num_replicas or the '
-          'number of cells, or raise cells_per_device.')
+          'number of cells, or raise consecutive_cells_per_device.')
     _ConnectCluster()
     return
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
@@ -289,9 +291,13 @@ def Main(argv) -> None:
     return
   if FLAGS.mode == 'inspect_model':
     from trainer import inspection  # pylint: disable=g-import-not-at-top
+    if FLAGS.planner_budget_mb <= 0:
+      raise _UserError(f'--planner_budget_mb={FLAGS.planner_budget_mb} must be '
+                       '> 0: the memory of each device in MiB, e.g. 16384.')
     config = _Cluster()
-    print(inspection.ModelPlan(params.task, cluster_tasks=len(config.Tasks())
-                               if config else 0))
+    print(inspection.ModelPlan(params.task, FLAGS.planner_budget_mb << 20,
+                               inspection.OptimizerSlots(params.trainer.optimizer),
+                               cluster_tasks=len(config.Tasks()) if config else 0))
     return
   if FLAGS.mode in ('decode', 'export'):
     _DecodeOrExport(params)

@@ -89,6 +89,30 @@ class CellGradients:
     self._factors: FactorPairs = {}
     self._deferred_only: Set[int] = set()
 
+  def StartLoopStep(self, theta: NestedMap, num_micro: int) -> None:
+    """Starts a step whose `num_micro` backwards are one backward function
+    called in a loop (tick_loop): sets the accumulators to zero, so that
+    every backward adds (GradSink.ADD)."""
+    self.StartStep(num_micro)
+    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
+    with tf.device(self._device):
+      for acc, w in zip(self._accumulators, weights):
+        acc.assign(tf.zeros(tf.shape(w), acc.dtype))
+    self._num_micro = max(num_micro, 2)  # accumulated, never returned
+    self._backwards = 1
+
+  def TakeFactors(self) -> FactorPairs:
+    """Removes and returns the factor pairs kept so far this step (a loop
+    carries them out of its body itself, then hands them back with
+    PutFactors)."""
+    factors, self._factors = self._factors, {}
+    return factors
+
+  def PutFactors(self, factors: FactorPairs) -> None:
+    """Adds factor pairs to this step's, as Keep does."""
+    for i, pairs in factors.items():
+      self._factors.setdefault(i, []).extend(pairs)
+
   def NextSink(self) -> GradSink:
     """The sink of the step's next backward."""
     if self._num_micro == 1:

@@ -105,15 +105,18 @@ def CheckLocalDevicesExist(devices: Sequence[Device]) -> None:
 
 def DevicesNeeded(params: Any) -> int:
   """The most devices any pipeline in these (nested) params asks for: its
-  cells times its replicas, over its cells per device."""
+  devices (cells over interleaved cells per device) times its replicas,
+  over its consecutive cells per device."""
   found = 1
   if isinstance(params, hyperparams.Params):
     if 'num_partitions' in params and 'cell_tpl' in params:
       splits = len(params.splits) + 1 if params.splits else 0
       cells = max(params.num_partitions, len(params.cell_tpl), splits)
-      replicas = params.num_replicas if 'num_replicas' in params else 1
-      per_device = (params.cells_per_device or 1) if 'cells_per_device' in params else 1
-      found = max(found, -(-cells * max(replicas, 1) // per_device))
+      value = lambda key, default: params.Get(key) if key in params else default
+      stages = cells // max(value('cells_per_device', 1), 1)
+      replicas = max(value('num_replicas', 1), 1)
+      per_device = value('consecutive_cells_per_device', 0) or 1
+      found = max(found, -(-stages * replicas // per_device))
     for _, value in params.IterParams():
       found = max(found, DevicesNeeded(value))
   elif isinstance(params, (list, tuple)):

@@ -2,7 +2,7 @@
 
 A pipeline of K cells run as R replicas needs R*K cell places. Cell k of
 replica r is place j = r*K + k, and place j is on devices[j //
-cells_per_device]: by default one cell per device, replicas one after the
+consecutive_cells_per_device]: by default one cell per device, replicas one after the
 other, so replica r takes devices r*K .. r*K + K-1. In a cluster the default
 devices are device 0 of each worker task in task order (cells spread over
 tasks in order); on one host, the process's logical devices. GPUs and TPU
@@ -37,15 +37,15 @@ def DefaultDevices() -> List[Device]:
   return cluster.LocalDevices()
 
 
-def NumDevicesNeeded(num_cells: int, num_replicas: int, cells_per_device: int) -> int:
-  """Devices that R replicas of K cells take, cells_per_device (0: 1) each."""
-  per = cells_per_device or 1
+def NumDevicesNeeded(num_cells: int, num_replicas: int, consecutive_cells_per_device: int) -> int:
+  """Devices that R replicas of K cells take, consecutive_cells_per_device (0: 1) each."""
+  per = consecutive_cells_per_device or 1
   return -(-num_cells * num_replicas // per)
 
 
 def PlaceReplicas(num_cells: int, num_replicas: int = 1,
                   devices: Optional[Sequence[Device]] = None,
-                  cells_per_device: int = 0,
+                  consecutive_cells_per_device: int = 0,
                   check_exists: bool = True) -> Places:
   """The device of cell k of replica r, as places[r][k].
 
@@ -53,29 +53,29 @@ def PlaceReplicas(num_cells: int, num_replicas: int = 1,
     num_cells: K.
     num_replicas: R.
     devices: the devices to fill, in order; None: DefaultDevices().
-    cells_per_device: consecutive cell places per device (0: one).
+    consecutive_cells_per_device: consecutive cell places per device (0: one).
     check_exists: verify that local devices exist in this process.
 
   Raises:
-    ValueError: for R or K below 1, a negative cells_per_device, or fewer
+    ValueError: for R or K below 1, a negative consecutive_cells_per_device, or fewer
       devices than the places need (naming both counts and the fixes).
   """
   if num_cells < 1 or num_replicas < 1:
     raise ValueError(f'num_cells ({num_cells}) and num_replicas '
                      f'({num_replicas}) must be >= 1.')
-  if cells_per_device < 0:
-    raise ValueError(f'cells_per_device must be >= 0, got {cells_per_device}.')
+  if consecutive_cells_per_device < 0:
+    raise ValueError(f'consecutive_cells_per_device must be >= 0, got {consecutive_cells_per_device}.')
   devices = list(devices) if devices is not None else DefaultDevices()
-  needed = NumDevicesNeeded(num_cells, num_replicas, cells_per_device)
+  needed = NumDevicesNeeded(num_cells, num_replicas, consecutive_cells_per_device)
   if len(devices) < needed:
-    per = cells_per_device or 1
+    per = consecutive_cells_per_device or 1
     what = (f'{num_cells} cells' if num_replicas == 1 and per == 1 else
             f'{num_replicas} replicas x {num_cells} cells at {per} per device')
     raise ValueError(
         f'{what} need {needed} devices but only {len(devices)} are given '
         f'({[d.name for d in devices]}); add devices or worker tasks, lower '
-        'num_replicas or the number of cells, or raise cells_per_device.')
-  per = cells_per_device or 1
+        'num_replicas or the number of cells, or raise consecutive_cells_per_device.')
+  per = consecutive_cells_per_device or 1
   flat = [devices[j // per] for j in range(num_cells * num_replicas)]
   if check_exists:
     cluster.CheckLocalDevicesExist(flat)

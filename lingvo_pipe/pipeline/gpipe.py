@@ -10,6 +10,11 @@ under per-cell remat each cell's last micro-batch keeps its activations
 instead of being recomputed, unless asked (torchgpipe's 'except_last').
 Batch-norm statistics are summed over micro-batches and applied once per
 step.
+
+FPropWithLoss takes a per-micro-batch loss function and runs the loss
+inside the pipeline, in the order of p.schedule (scheduled_step): the way
+to train with 1F1B or the interleaved schedule, whose backwards start
+before the last forward.
 """
 
 import dataclasses
@@ -33,6 +38,8 @@ from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import replicas
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline import scheduled_step
+from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.remat import RematPolicy
 
 
@@ -84,8 +91,9 @@ class PipeliningLayer(base_layer.BaseLayer):
              'outputs are concatenated along batch_dim and must have the '
              'micro-batch size there.')
     p.Define('devices', None, 'Device names of the cells, replica after '
-             'replica (cell k of replica r on devices[(r*K + k) // '
-             'max(cells_per_device, 1)]); None: device 0 of each worker task '
+             'replica (with one cell per device, cell k of replica r on '
+             'devices[(r*K + k) // max(consecutive_cells_per_device, 1)]); '
+             'None: device 0 of each worker task '
              'when connected to a cluster, else the local devices '
              '(device_mapping.DefaultDevices).')
     p.Define('num_replicas', 1, 'R: copies of the K-cell pipeline, each fed '
@@ -93,16 +101,28 @@ class PipeliningLayer(base_layer.BaseLayer):
              "are summed on each variable's device (replica 0's cells) and "
              'applied once (docs/design.md, "Pipeline replicas"). '
              'Evaluation runs replica 0 alone on the whole batch.')
-    p.Define('cells_per_device', 0, 'Consecutive cells (of the R*K) per '
-             'device of `devices`, e.g. 2 to put 4 cells on 2 worker tasks; '
-             '0: one cell per device.')
+    p.Define('consecutive_cells_per_device', 0, 'Consecutive cells (of the '
+             'R*K) per device of `devices`, e.g. 2 to put 4 cells on 2 worker '
+             'tasks; 0: one cell per device. (cells_per_device interleaves '
+             'cells instead.)')
     p.Define('remat', RematPolicy.PER_CELL, 'A RematPolicy.')
     p.Define('remat_last_micro_batch', False, 'With RematPolicy.PER_CELL, '
              "recompute each cell's last micro-batch too. False keeps its "
              "activations (torchgpipe's except_last): its backward is the "
              "cell's first, and recomputing would restore them all for it "
              "anyway, so no device's peak grows. PER_LAYER always recomputes.")
-    p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind.')
+    p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind. '
+             'GPIPE trains through FProp and an outer tape, or FPropWithLoss; '
+             'ONE_F_ONE_B and INTERLEAVED need the loss inside the pipeline: '
+             'train them through FPropWithLoss.')
+    p.Define('loop_min_micro_batches', 0, 'With ScheduleKind.GPIPE, train '
+             'with M >= this as a tf.while_loop over clock ticks (tick_loop: '
+             'a step graph of 2K cell calls whatever M; every micro-batch '
+             'recomputed); 0: never, always '
+             'the unrolled emission.')
+    p.Define('cells_per_device', 1, 'v: cells per device, for '
+             'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
+             'cells / v); set num_partitions (or cell_tpl) to K*v cells.')
     p.Define('jit_compile', CellCompilation.NONE, 'A CellCompilation: XLA '
              "compiles each cell's forward and backward on its device "
              '(pipeline/cell_compilation.py says what stays outside).')
@@ -114,10 +134,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     cell_params = CellParams(p)
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
+    self.num_devices = _NumDevices(p, len(cell_params))
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
-    # [replica][cell]; the variables live on replica 0's devices.
-    self.replica_devices = device_mapping.PlaceReplicas(
-        len(cell_params), p.num_replicas, devices, p.cells_per_device)
+    # [replica][cell]: cell k on its replica's device k mod K (interleaved
+    # stages put cells_per_device cells on each); the variables live on
+    # replica 0's devices.
+    stage_devices = device_mapping.PlaceReplicas(
+        self.num_devices, p.num_replicas, devices, p.consecutive_cells_per_device)
+    self.replica_devices = [[row[k % self.num_devices] for k in range(len(cell_params))]
+                            for row in stage_devices]
     self.devices = self.replica_devices[0]
     self.num_cells = len(cell_params)
     runners = []
@@ -128,7 +153,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       runners.append(cell_runner.CellRunner(cell, device.name, jit))
     self.__dict__['_runners'] = runners
     self.__dict__['_replica_runners'] = [runners] + [
-        [cell_runner.CellRunner(cell, d.name) for cell, d in zip(self.cells, row)]
+        [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(self.cells, row)]
         for row in self.replica_devices[1:]]
 
   @property
@@ -156,8 +181,49 @@ class PipeliningLayer(base_layer.BaseLayer):
     if base_layer.IsEvalMode():
       outputs = self._ForwardOnly(thetas, inputs, num_micro)
     else:
+      if self.params.schedule != schedule.ScheduleKind.GPIPE:
+        raise ValueError(
+            f'PipeliningLayer {self.params.name!r}: schedule '
+            f'{self.params.schedule.name} starts backwards before the last '
+            'forward, so it trains with the loss inside the pipeline: call '
+            'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
+            'ScheduleKind.GPIPE.')
       outputs = self._Train(thetas, inputs, num_micro)
     return containers.UnwrapSingle(tuple(outputs))
+
+  def FPropWithLoss(self, theta: NestedMap, loss_fn: scheduled_step.MicroLossFn,
+                    *inputs: Any) -> Tuple[tf.Tensor, Any]:
+    """The loss and the outputs, with the loss inside the pipeline.
+
+    Args:
+      theta: the layer's theta.
+      loss_fn: the last cell's outputs of one micro-batch (as FProp returns
+        outputs) -> that micro-batch's scalar loss, run on the last cell's
+        device as soon as its forward ends. The step's loss is the sum over
+        micro-batches: a mean over the batch divides by the whole batch's
+        count in each micro-batch. It may read tensors computed before the
+        pipeline, but its gradient reaches only the pipeline's outputs.
+      *inputs: as for FProp.
+
+    Returns:
+      (loss, outputs). In training the loss's gradient (of the inputs and
+      theta) runs the backward in p.schedule's order, within the forward
+      (scheduled_step), and the outputs are not differentiable; the outer
+      GradientTape and optimizer code is that of FProp's.
+    """
+    num_micro = micro_batch.NumMicroBatches(
+        self.params, self._contract.InputLayout(inputs).batch_size)
+    thetas = [self._ReadTheta(theta[f'cell_{k}'], k) for k in range(self.num_cells)]
+    if base_layer.IsEvalMode():
+      micro = self._contract.SplitInputs(inputs, num_micro)
+      tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
+      last = self.num_cells - 1
+      with tf.device(self.devices[last].name):
+        loss = tf.add_n([loss_fn(containers.UnwrapSingle(tasks[(last, m)].outputs))
+                         for m in range(num_micro)])
+      return loss, containers.UnwrapSingle(tuple(self._MergeOutputs(tasks, num_micro)))
+    loss, outputs = self._TrainWithLoss(thetas, inputs, num_micro, loss_fn)
+    return loss, containers.UnwrapSingle(tuple(outputs))
 
   def _ReadTheta(self, theta: NestedMap, k: int) -> NestedMap:
     """Reads cell k's variables on its device."""
@@ -209,8 +275,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     tasks: Dict[Tuple[int, int], _Task] = {}
     updates: List[List[NestedMap]] = [[] for _ in range(self.num_cells)]
     previous: Dict[int, List[Any]] = {}
-    for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
-                                  schedule.Phase.FORWARD):
+    for task in schedule.Schedule(schedule.ScheduleKind.GPIPE, self.num_cells,
+                                  num_micro, schedule.Phase.FORWARD):
       k, m = task.cell, task.micro_batch
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
       with tf.device(devices[k].name):
@@ -252,6 +318,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     returns; tf.custom_gradient takes and returns nests."""
     if self.params.num_replicas > 1:
       return replicas.TrainReplicas(self, thetas, inputs, num_micro)
+    if tick_loop.Applicable(num_micro, self.params.loop_min_micro_batches):
+      return self._TrainTickLoop(thetas, inputs, num_micro)
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
@@ -273,6 +341,85 @@ class PipeliningLayer(base_layer.BaseLayer):
       return outputs, Grad
 
     return Pipeline(inputs, thetas)
+
+  def _TrainTickLoop(self, thetas: List[NestedMap], inputs: tuple,
+                     num_micro: int) -> tuple:
+    """_Train as two tf.while_loops over clock ticks (tick_loop)."""
+    first, last = self.devices[0].name, self.devices[-1].name
+
+    @tf.custom_gradient
+    def Pipeline(step_inputs, cell_thetas):
+      with tf.device(first):
+        micro = self._contract.SplitInputs(step_inputs, num_micro)
+      loop = tick_loop.TickLoop(self._runners, self._ComputeThetas(cell_thetas), micro,
+                                self.params.remat)
+      last_outputs, stash, summed = loop.Forward()
+      per_micro = loop.LastOutputs(last_outputs)
+      micro_size = self._contract.InputLayout(micro[0]).batch_size
+      with tf.device(last):
+        outputs = self._contract.MergeOutputs(per_micro, micro_size)
+      self._ApplyCellUpdates(summed)
+      flat_out = tf.nest.flatten(outputs)
+
+      def Grad(*dys, variables=None):
+        del variables  # the pipeline reads no variables; theta is passed in
+        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
+        with tf.device(last):
+          micro_dys = self._contract.SplitOutputGrads(per_micro[0], dys, num_micro)
+        input_grads = loop.Backward(stash, micro_dys)
+        with tf.device(first):
+          d_inputs = self._contract.MergeInputGrads(micro[0], input_grads)
+        return d_inputs + [g for k, runner in enumerate(self._runners)
+                           for g in runner.gradients.StepGradients(cell_thetas[k])]
+
+      return outputs, Grad
+
+    return Pipeline(inputs, thetas)
+
+  def _TrainWithLoss(self, thetas: List[NestedMap], inputs: tuple,
+                     num_micro: int, loss_fn: scheduled_step.MicroLossFn
+                     ) -> Tuple[tf.Tensor, tuple]:
+    """The training step of p.schedule with the loss inside: forwards,
+    losses and backwards all run in the forward of one tf.custom_gradient,
+    whose gradient scales the stored gradients by the loss's upstream
+    gradient."""
+    p = self.params
+    tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
+                           p.cells_per_device)
+    decisions = scheduled_step.Decisions(tasks, p.remat,
+                                         p.remat_last_micro_batch, num_micro)
+    devices = [d.name for d in self.devices]
+
+    @tf.custom_gradient
+    def Pipeline(step_inputs, cell_thetas):
+      with tf.device(devices[0]):
+        micro = self._contract.SplitInputs(step_inputs, num_micro)
+
+      compute_thetas = self._ComputeThetas(cell_thetas)
+
+      def MicroTheta(k: int, m: int) -> NestedMap:
+        with tf.device(devices[k]):
+          return self._MicroTheta(compute_thetas[k], m)
+
+      result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
+                                      tasks, micro, MicroTheta, decisions, loss_fn)
+      micro_size = self._contract.InputLayout(micro[0]).batch_size
+      with tf.device(devices[-1]):
+        outputs = self._contract.MergeOutputs(result.last_outputs, micro_size)
+      with tf.device(devices[0]):
+        d_inputs = self._contract.MergeInputGrads(micro[0], result.input_grads)
+      self._ApplyCellUpdates(result.updates)
+
+      def Grad(d_loss, *unused_d_outputs, variables=None):
+        grads = scheduled_step.ScaleGradients(d_inputs, d_loss, devices[0])
+        for k, cell_grads in enumerate(result.theta_grads):
+          grads += scheduled_step.ScaleGradients(cell_grads, d_loss, devices[k])
+        return (grads, [None] * len(variables)) if variables else grads
+
+      return (result.loss, outputs), Grad
+
+    loss, outputs = Pipeline(inputs, thetas)
+    return loss, tf.nest.map_structure(tf.stop_gradient, outputs)
 
   def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'],
                    output_grads: List[Any], num_micro: int, replica: int = 0
@@ -348,6 +495,30 @@ def _After(previous: Optional[List[Any]]):
   op itself: identities of its inputs would cost M*K*(inputs + theta) graph
   nodes and their tracing time (docs/benchmarks/profiles.md)."""
   return tf.control_dependencies(previous or [])
+
+
+def _NumDevices(p: hyperparams.Params, num_cells: int) -> int:
+  """K, the devices of p's num_cells cells (p.cells_per_device each);
+  raises ValueError for a schedule that cannot run them."""
+  v = p.cells_per_device
+  if not isinstance(p.schedule, schedule.ScheduleKind):
+    raise TypeError(f'PipeliningLayer {p.name!r}: schedule must be a '
+                    f'ScheduleKind, got {p.schedule!r}.')
+  if v < 1 or num_cells % v:
+    raise ValueError(f'PipeliningLayer {p.name!r}: {num_cells} cells do not '
+                     f'make cells_per_device={v} cells on each device; set '
+                     f'num_partitions to a multiple of {v} (K*v cells).')
+  num_devices = num_cells // v
+  if p.num_replicas > 1 and (p.schedule != schedule.ScheduleKind.GPIPE or
+                             p.loop_min_micro_batches):
+    raise ValueError(f'PipeliningLayer {p.name!r}: num_replicas='
+                     f'{p.num_replicas} runs the unrolled GPIPE schedule only; '
+                     f'set num_replicas=1 for schedule={p.schedule.name} or '
+                     'loop_min_micro_batches, or use ScheduleKind.GPIPE with '
+                     'loop_min_micro_batches=0.')
+  num_micro = p.num_micro_batches if not p.micro_batch_size else None
+  schedule.CheckShape(p.schedule, num_devices, num_micro or num_devices, v)
+  return num_devices
 
 
 def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:

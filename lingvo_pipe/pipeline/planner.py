@@ -1,4 +1,4 @@
-"""Planner: per-device memory and step time of (K, M, remat) candidates.
+"""Planner: per-device memory and step time of (schedule, K, M, remat) candidates.
 
 The reasoning of the GPipe paper's Table 1, from the layers' FPropMeta
 (nothing is built). Cells are partitioned exactly as PipeliningLayer's
@@ -19,6 +19,12 @@ the dtype of the layer that reads them (fprop_dtype, else dtype).
                 PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + big(n)
     peak(k)   = params(k) + state(k) + act(k)
 
+That is fill-drain, where cell k keeps all M micro-batches until its
+drain. Under another schedule cell k keeps at most f(k) of them at once,
+schedule.PeakInFlight of the schedule's tasks (1F1B: K-k), and act(N) and
+in(N) become f(k) * act(n) and f(k) * in(n). With v cells per device
+(interleaved), a device's figures are the sums over its v cells.
+
 The trailing big(n) of every policy is the backward's gradient temporaries:
 backpropagating one layer of one micro-batch holds about that layer's
 activations again. Not modelled: the pipeline's own inputs and outputs, the
@@ -34,10 +40,13 @@ measured peaks).
 Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
 forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
 and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
-layer again); a fill-drain step takes the slowest cell's cost x (M + K - 1),
-less the recomputation of each micro-batch whose activations remat.Decide
-records (under PER_CELL each cell's last one, unless
-remat_last_micro_batch).
+layer again); a step takes the slowest cell's cost x T/2, T the clocks of
+the schedule's unit-time table (fill-drain and 1F1B: T/2 = M + K - 1;
+interleaved: cells of 1/v the work, T/2 = vM + K - 1), less the
+recomputation of the micro-batches whose activations remat.Decide records
+(under PER_CELL those schedule.KeptForwards names, unless
+remat_last_micro_batch; the cell that records fewest counts). The bubble
+is schedule.MeasuredBubble of the same table.
 """
 
 import dataclasses
@@ -59,7 +68,8 @@ _RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
 
 @dataclasses.dataclass
 class PlanRow:
-  """The prediction for one candidate; per-device lists are indexed by cell.
+  """The prediction for one candidate; per-device lists are indexed by
+  device (by cell, but for the interleaved schedule's v cells per device).
 
   Attributes:
     param_bytes, state_bytes, act_bytes, peak_bytes: params(k), state(k),
@@ -69,9 +79,12 @@ class PlanRow:
     shared_peak_bytes: params and state of every cell plus the largest
       act_bytes: a shared allocator's peak if no two cells' activation
       peaks coincide.
-    bubble: idle share of each device, (K-1)/(M+K-1).
+    bubble: idle share of each device in the schedule's unit-time table
+      (fill-drain and 1F1B: (K-1)/(M+K-1)).
     relative_step_time: the step-time model, in forward FLOPs.
     fits: max(peak_bytes) <= the budget; set by Plan.
+    schedule_kind: the ScheduleKind.
+    cells_per_device: v (the interleaved schedule's); num_cells is K*v.
   """
   num_cells: int
   num_micro_batches: int
@@ -85,6 +98,12 @@ class PlanRow:
   bubble: float
   relative_step_time: float
   fits: bool = False
+  schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE
+  cells_per_device: int = 1
+
+  @property
+  def num_devices(self) -> int:
+    return self.num_cells // self.cells_per_device
 
   @property
   def max_peak_bytes(self) -> int:
@@ -120,13 +139,25 @@ def _CheckLayers(layers: Sequence[hyperparams.Params]) -> None:
     raise ValueError('The planner needs at least one layer; layers is empty.')
 
 
-def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy) -> int:
+def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
+                  num_micro: int) -> int:
+  """act(k) of the module docstring, with `in_flight` micro-batches kept."""
   big = max(l.micro.act_bytes for l in cell)
+
+  def Kept(full: int, micro: int) -> int:
+    return full if in_flight >= num_micro else in_flight * micro
+
   if remat == RematPolicy.NONE:
-    return sum(l.full.act_bytes for l in cell) + big
+    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + big
+  stash = Kept(cell[0].in_bytes, cell[0].micro_in_bytes)
   if remat == RematPolicy.PER_CELL:
-    return cell[0].in_bytes + sum(l.micro.act_bytes for l in cell) + big
-  return cell[0].in_bytes + sum(l.micro_in_bytes for l in cell) + 2 * big
+    return stash + sum(l.micro.act_bytes for l in cell) + big
+  return stash + sum(l.micro_in_bytes for l in cell) + 2 * big
+
+
+def _PerDevice(per_cell: Sequence[int], num_devices: int) -> List[int]:
+  """Sums of the per-cell figures of each device's cells (j mod K)."""
+  return [sum(per_cell[d::num_devices]) for d in range(num_devices)]
 
 
 def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
@@ -134,7 +165,9 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              optimizer_slots: int = 0, batch_dim: int = 0,
              cost: partition.CostKind = partition.CostKind.FLOPS,
              remat_last_micro_batch: bool = False,
-             broadcast_inputs: Sequence[Any] = ()) -> PlanRow:
+             broadcast_inputs: Sequence[Any] = (),
+             schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE,
+             cells_per_device: int = 1) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -151,6 +184,9 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
       PER_CELL, recompute each cell's last micro-batch too.
     broadcast_inputs: PipeliningLayer's p.broadcast_inputs: inputs that
       every micro-batch gets whole; all others are split.
+    schedule_kind: PipeliningLayer's p.schedule.
+    cells_per_device: PipeliningLayer's p.cells_per_device, v: num_cells
+      cells on num_cells / v devices.
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -158,7 +194,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   Raises:
     ValueError: if layers is empty, num_cells exceeds the number of layers,
       M does not divide the batch, optimizer_slots < 0, batch_dim is not
-      0 or 1, or the inputs break the micro-batch contract (micro_batch).
+      0 or 1, the inputs break the micro-batch contract (micro_batch), or
+      the schedule cannot run the cells (schedule.CheckShape).
     TypeError: if remat is not a RematPolicy.
   """
   if not isinstance(remat, RematPolicy):
@@ -171,6 +208,13 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   shapes = layer_meta.Shapes(*input_shapes)
   micro_batch.CheckDivides(contract.InputLayout(shapes).batch_size,
                            num_micro_batches)
+  if cells_per_device < 1 or num_cells % cells_per_device:
+    raise ValueError(f'num_cells ({num_cells}) must be a multiple of '
+                     f'cells_per_device ({cells_per_device}).')
+  num_devices = num_cells // cells_per_device
+  tasks = schedule.Tasks(schedule_kind, num_devices, num_micro_batches,
+                         cells_per_device)
+  in_flight = schedule.PeakInFlight(tasks)
   splits = partition.BalancedSplits(
       partition.LayerCosts(layers, input_shapes, cost), num_cells)
   full = _Chain(layers, shapes)
@@ -178,21 +222,25 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
   cells = partition.SplitLayers(profile, splits)
-  params = [sum(l.full.param_bytes for l in c) for c in cells]
+  params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells],
+                      num_devices)
   state = [(1 + optimizer_slots) * b for b in params]
-  act = [_CellActBytes(c, remat) for c in cells]
+  act = _PerDevice([_CellActBytes(c, remat, f, num_micro_batches)
+                    for c, f in zip(cells, in_flight)], num_devices)
   peak = [p + s + a for p, s, a in zip(params, state, act)]
   slowest = max(sum(l.micro.flops for l in c) for c in cells)
-  ticks = num_micro_batches + num_cells - 1
-  recorded = sum(remat_lib.Decide(remat, remat_last_micro_batch, m,
-                                  num_micro_batches).record
-                 for m in range(num_micro_batches))
+  clocks = max(t.clock for t in tasks) + 1
+  kept = schedule.KeptForwards(tasks)
+  recorded = min(sum(remat_lib.Decide(remat, remat_last_micro_batch, m,
+                                      num_micro_batches, (c, m) in kept).record
+                     for m in range(num_micro_batches))
+                 for c in range(num_cells))
   recompute = _RECOMPUTE[remat]
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
-      sum(params) + sum(state) + max(act),
-      schedule.BubbleFraction(num_cells, num_micro_batches),
-      float(slowest * ((3 + recompute) * ticks - recompute * recorded)))
+      sum(params) + sum(state) + max(act), schedule.MeasuredBubble(tasks),
+      float(slowest * ((3 + recompute) * clocks / 2 - recompute * recorded)),
+      schedule_kind=schedule_kind, cells_per_device=cells_per_device)
 
 
 def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
@@ -202,17 +250,23 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
          optimizer_slots: int = 0, batch_dim: int = 0,
          cost: partition.CostKind = partition.CostKind.FLOPS,
          remat_last_micro_batch: bool = False,
-         broadcast_inputs: Sequence[Any] = ()) -> List[PlanRow]:
+         broadcast_inputs: Sequence[Any] = (),
+         schedules: Iterable[Tuple[schedule.ScheduleKind, int]] = (
+             (schedule.ScheduleKind.GPIPE, 1),)) -> List[PlanRow]:
   """Estimates every possible candidate and marks those within the budget.
 
-  Combinations with more cells than layers or with M not dividing the batch
-  are skipped. Other arguments are as for Estimate.
+  Combinations with more cells than layers, with M not dividing the batch
+  or that the schedule cannot run (interleaved: M a multiple of K) are
+  skipped. Other arguments are as for Estimate.
 
   Args:
     budget_bytes: memory of each device.
+    cells: candidate K, devices (each with v cells under the interleaved
+      schedule).
+    schedules: candidate (ScheduleKind, cells_per_device v) pairs.
 
   Returns:
-    The rows in the order of cells, micro_batches, remats.
+    The rows in the order of cells, micro_batches, schedules, remats.
 
   Raises:
     ValueError: if budget_bytes <= 0, or as Estimate for other bad values.
@@ -223,16 +277,31 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   batch = micro_batch.Contract(batch_dim, broadcast_inputs).InputLayout(
       layer_meta.Shapes(*input_shapes)).batch_size
   rows = []
+  schedules = list(schedules)
+  remats = list(remats)
   for k in cells:
     for m in micro_batches:
       if k > len(layers) or m < 1 or batch % m:
         continue
-      for remat in remats:
-        row = Estimate(layers, input_shapes, k, m, remat, optimizer_slots,
-                       batch_dim, cost, remat_last_micro_batch, broadcast_inputs)
-        row.fits = row.max_peak_bytes <= budget_bytes
-        rows.append(row)
+      for kind, v in schedules:
+        if k * v > len(layers) or (kind == schedule.ScheduleKind.INTERLEAVED and m % k):
+          continue
+        for remat in remats:
+          row = Estimate(layers, input_shapes, k * v, m, remat, optimizer_slots,
+                         batch_dim, cost, remat_last_micro_batch, broadcast_inputs,
+                         kind, v)
+          row.fits = row.max_peak_bytes <= budget_bytes
+          rows.append(row)
   return rows
+
+
+def ScheduleName(row: PlanRow) -> str:
+  """The row's schedule in a table: GPIPE, 1F1B, or INTERLEAVED/v."""
+  if row.schedule_kind == schedule.ScheduleKind.ONE_F_ONE_B:
+    return '1F1B'
+  if row.schedule_kind == schedule.ScheduleKind.INTERLEAVED:
+    return f'INTERL/{row.cells_per_device}'
+  return row.schedule_kind.name
 
 
 def Recommend(rows: Sequence[PlanRow]) -> Optional[PlanRow]:
@@ -246,10 +315,11 @@ def Recommend(rows: Sequence[PlanRow]) -> Optional[PlanRow]:
 
 def FormatTable(rows: Sequence[PlanRow]) -> str:
   """A text table of the rows, step time relative to the fastest row; the
-  recommendation is marked with '*'."""
+  recommendation is marked with '*'. K counts devices; per row the figures
+  are the device with the largest peak's."""
   best = Recommend(rows)
   fastest = min((r.relative_step_time for r in rows), default=0.0) or 1.0
-  lines = [f'  {"K":>3} {"M":>3} {"remat":<9} {"params MiB":>10} '
+  lines = [f'  {"K":>3} {"M":>3} {"remat":<9} {"schedule":<9} {"params MiB":>10} '
            f'{"state MiB":>10} {"act MiB":>10} {"peak MiB":>10} '
            f'{"total MiB":>10} {"bubble":>7} {"time":>6}  fits']
   for r in rows:
@@ -257,8 +327,9 @@ def FormatTable(rows: Sequence[PlanRow]) -> str:
     mib = [b / 2**20 for b in (r.param_bytes[k], r.state_bytes[k], r.act_bytes[k],
                                r.peak_bytes[k], r.total_peak_bytes)]
     lines.append(
-        f'{"*" if r is best else " "} {r.num_cells:>3} {r.num_micro_batches:>3} '
-        f'{r.remat.name:<9} {"".join(f"{x:>10.1f} " for x in mib)}'
+        f'{"*" if r is best else " "} {r.num_devices:>3} {r.num_micro_batches:>3} '
+        f'{r.remat.name:<9} {ScheduleName(r):<9} '
+        f'{"".join(f"{x:>10.1f} " for x in mib)}'
         f'{r.bubble:>7.1%} '
         f'{r.relative_step_time / fastest:>6.2f}  {"yes" if r.fits else "no"}')
   if best is None:

@@ -6,9 +6,13 @@ so that what a policy keeps, recomputes, inlines and defers is stated once:
   policy     micro-batch m of M           record inline per_layer defer
   NONE       every m, M == 1              yes    yes    no        no
   NONE       every m, M > 1               yes    no     no        no
-  PER_CELL   m < M - 1, or remat_last     no     no     no        M > 1
-  PER_CELL   m == M - 1, not remat_last   yes    yes    no        M > 1
+  PER_CELL   m not kept, or remat_last    no     no     no        M > 1
+  PER_CELL   m kept, not remat_last       yes    yes    no        M > 1
   PER_LAYER  every m                      no     no     yes       no
+
+Under PER_CELL the kept micro-batch is the one whose backward the cell
+runs right after its forward: m == M - 1 in fill-drain; in 1F1B every
+micro-batch of the last cell (scheduled_step).
 
 A recorded forward keeps its activations on a tape for its backward;
 the others keep only the cell's inputs and their backward recomputes the
@@ -21,6 +25,7 @@ their device's order, inlined forwards could all start at once.
 
 import dataclasses
 import enum
+from typing import Optional
 
 
 class RematPolicy(enum.Enum):
@@ -58,9 +63,16 @@ class Decision:
 
 
 def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
-           micro_batch: int, num_micro_batches: int) -> Decision:
+           micro_batch: int, num_micro_batches: int,
+           backward_follows: Optional[bool] = None) -> Decision:
   """The Decision for micro-batch `micro_batch` of `num_micro_batches`
   under `policy` (PipeliningLayer's p.remat, p.remat_last_micro_batch).
+
+  `backward_follows`: whether the cell's next task is this micro-batch's
+  backward, the micro-batch that PER_CELL keeps unless
+  remat_last_micro_batch (the table's 'm == M - 1'). None: fill-drain's
+  answer, micro_batch == num_micro_batches - 1; other schedules
+  (scheduled_step) say which.
 
   Raises:
     TypeError: if policy is not a RematPolicy.
@@ -71,9 +83,10 @@ def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
   if not 0 <= micro_batch < num_micro_batches:
     raise ValueError(f'micro_batch ({micro_batch}) must be in [0, '
                      f'num_micro_batches) = [0, {num_micro_batches}).')
+  if backward_follows is None:
+    backward_follows = micro_batch == num_micro_batches - 1
   if policy == RematPolicy.PER_CELL:
-    record = (micro_batch == num_micro_batches - 1 and
-              not remat_last_micro_batch)
+    record = backward_follows and not remat_last_micro_batch
   else:
     record = policy == RematPolicy.NONE
   return Decision(

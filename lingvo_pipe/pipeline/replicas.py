@@ -50,9 +50,12 @@ def TrainReplicas(layer: Any, thetas: List[NestedMap], inputs: tuple,
     # micro-batches on its replica's first device.
     slices = contract.SplitInputs(step_inputs, num_replicas)
     all_tasks, outputs, summed = [], [], []
+    # Cast once on replica 0's devices (core/precision): the copies that
+    # cross to the other replicas are then in the compute dtype.
+    compute_thetas = layer._ComputeThetas(cell_thetas)  # pylint: disable=protected-access
     for r in range(num_replicas):
       devices = layer.replica_devices[r]
-      replica_thetas = CopyThetas(cell_thetas, devices) if r else cell_thetas
+      replica_thetas = CopyThetas(compute_thetas, devices) if r else compute_thetas
       with tf.device(devices[0].name):
         micro = contract.SplitInputs(slices[r], num_micro)
       tasks, stats = layer._RunForward(replica_thetas, micro, training=True,  # pylint: disable=protected-access

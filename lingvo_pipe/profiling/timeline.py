@@ -7,8 +7,11 @@ the micro-batch a device keeps instead of recomputing, which run under
 kept-scope names instead of as calls. Of the other calls on a device, the
 ones that run the fewest distinct ops are the forwards (a backward reruns
 part of the forward and adds gradient ops). Forwards in time order are
-micro-batches 0..M-1, backwards M-1..0 (the GPipe order). Cells are ordered
-by their first forward (cell k+1 waits for cell k).
+micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
+schedule's tasks are given: then a device's forwards and backwards in time
+order are those of its order in the schedule (schedule.Tasks: 1F1B,
+interleaved, with cells on the device). Devices are ordered by their first
+forward (device k+1 waits for device k).
 
 In a backward call, the ops named like ops of the cell's forward are its
 recomputation: the backward function retraces the forward first, so those
@@ -28,7 +31,7 @@ import enum
 import glob
 import json
 import os
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -87,11 +90,14 @@ def _Materialize(tf: Any, outputs: Any) -> None:
   tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
 
 
-def Intervals(space: Any) -> List[Interval]:
+def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
+              ) -> List[Interval]:
   """The pipeline's busy intervals in one profiled step, sorted by start.
 
   Args:
     space: an XSpace (see LoadTrace) of exactly one pipelined training step.
+    tasks: the step's schedule.Tasks, which label each device's calls; None:
+      one cell per device in fill-drain order.
 
   Returns:
     Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
@@ -123,11 +129,36 @@ def Intervals(space: Any) -> List[Interval]:
                      'the cells of one pipeline step run M each.')
   devices = trace_calls.PartitionDevices(events)
   origin = min(c.Span()[0] for c in calls)
+  labels = _Labels(tasks, len(cells), len(cells[0][0]))
   intervals: List[Interval] = []
   for k, (forwards, backwards) in enumerate(cells):
     device = devices.get(forwards[0].partition, f'partition {k}')
-    intervals += _CellIntervals(k, device, forwards, backwards, origin)
+    intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
+
+
+_Label = Tuple[int, int]  # (cell, micro-batch)
+
+
+def _Labels(tasks: Optional[Sequence[schedule.Task]], num_devices: int,
+            num_forwards: int) -> List[Tuple[List[_Label], List[_Label]]]:
+  """Per device, the (cell, micro-batch) of its forwards and of its
+  backwards in time order."""
+  if tasks is None:
+    return [([(k, m) for m in range(num_forwards)],
+             [(k, m) for m in reversed(range(num_forwards))])
+            for k in range(num_devices)]
+  labels: List[Tuple[List[_Label], List[_Label]]] = [([], []) for _ in range(num_devices)]
+  for t in sorted(tasks, key=lambda t: (t.clock, t.device)):
+    if t.device >= num_devices:
+      raise ValueError(f'The schedule has device {t.device}; the trace '
+                       f'{num_devices} devices.')
+    labels[t.device][0 if t.phase == schedule.Phase.FORWARD else 1].append(
+        (t.cell, t.micro_batch))
+  if any(len(f) != num_forwards for f, _ in labels):
+    raise ValueError(f'The schedule runs {[len(f) for f, _ in labels]} forwards '
+                     f'per device; the trace {num_forwards}.')
+  return labels
 
 
 def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
@@ -164,22 +195,23 @@ def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
   return InTimeOrder(forwards), InTimeOrder(backwards)
 
 
-def _CellIntervals(cell: int, device: str, forwards: Sequence[Call],
-                   backwards: Sequence[Call], origin_ps: int) -> List[Interval]:
-  """Forward intervals of micro-batches 0..M-1, then recompute and backward
-  intervals of M-1..0, in microseconds from origin_ps."""
-  num_micro = len(forwards)
+def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
+                   forwards: Sequence[Call], backwards: Sequence[Call],
+                   origin_ps: int) -> List[Interval]:
+  """One device's forward intervals, then its recompute and backward
+  intervals, labelled in time order by `labels` (_Labels), in microseconds
+  from origin_ps."""
   forward_ops = {name for call in forwards for name, _ in call.Ops()}
 
   def Us(ps: int) -> float:
     return (ps - origin_ps) / 1e6
 
   out = []
-  for m, call in enumerate(forwards):
+  for (cell, m), call in zip(labels[0], forwards):
     start, end = call.Span()
     out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end)))
-  for i, call in enumerate(backwards):
-    m, (start, end) = num_micro - 1 - i, call.Span()
+  for (cell, m), call in zip(labels[1], backwards):
+    start, end = call.Span()
     recomputed = [e.end_ps for name, e in call.Ops()
                   if name in forward_ops and not name.startswith('gradient_tape/')]
     if recomputed:
@@ -197,33 +229,49 @@ def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
   return len(cells), len(micro)
 
 
-def BubbleFraction(intervals: Sequence[Interval]) -> float:
-  """Idle share of the cells' devices between the first call's start and the
-  last call's end: 1 - busy time / (K * span)."""
+def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
+  """Per device, its busy share between the first call's start and the last
+  call's end (overlapping intervals count once)."""
   if not intervals:
     raise ValueError('No intervals: nothing to measure a bubble on.')
   start = min(i.start_us for i in intervals)
   span = max(i.end_us for i in intervals) - start
-  busy = 0.0
-  by_cell: Dict[int, List[Tuple[float, float]]] = {}
+  by_device: Dict[str, List[Tuple[float, float]]] = {}
   for i in intervals:
-    by_cell.setdefault(i.cell, []).append((i.start_us, i.end_us))
-  for spans in by_cell.values():
-    end = start
+    by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
+  fractions = {}
+  for device, spans in sorted(by_device.items()):
+    busy, end = 0.0, start
     for lo, hi in sorted(spans):
       busy += max(0.0, hi - max(lo, end))
       end = max(end, hi)
-  return 1.0 - busy / (len(by_cell) * span) if span > 0 else 0.0
+    fractions[device] = busy / span if span > 0 else 1.0
+  return fractions
 
 
-def Summary(intervals: Sequence[Interval]) -> str:
-  """One line: K, M, measured bubble and the theoretical (K-1)/(M+K-1)."""
+def BubbleFraction(intervals: Sequence[Interval]) -> float:
+  """Idle share of the cells' devices between the first call's start and the
+  last call's end: 1 - busy time / (K * span)."""
+  busy = BusyFractions(intervals)
+  return 1.0 - sum(busy.values()) / len(busy)
+
+
+def Summary(intervals: Sequence[Interval],
+            tasks: Optional[Sequence[schedule.Task]] = None) -> str:
+  """One line: K, M, measured bubble and the theoretical (K-1)/(M+K-1), or
+  with the schedule's `tasks` that of its unit-time table."""
   k, m = NumCellsAndMicroBatches(intervals)
-  return (f'K={k} M={m} bubble: measured {BubbleFraction(intervals):.3f}, '
-          f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+  if tasks is None:
+    return (f'K={k} M={m} bubble: measured {BubbleFraction(intervals):.3f}, '
+            f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+  devices = len({i.device for i in intervals})
+  return (f'K={devices} M={m} ({k} cells) bubble: measured '
+          f'{BubbleFraction(intervals):.3f}, schedule table '
+          f'{schedule.MeasuredBubble(tasks):.3f}')
 
 
-def WriteChromeTrace(intervals: Sequence[Interval], path: str) -> None:
+def WriteChromeTrace(intervals: Sequence[Interval], path: str,
+                     tasks: Optional[Sequence[schedule.Task]] = None) -> None:
   """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
   events: List[Dict[str, Any]] = []
   for cell, device in sorted({(i.cell, i.device) for i in intervals}):
@@ -236,10 +284,11 @@ def WriteChromeTrace(intervals: Sequence[Interval], path: str) -> None:
         args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
   with open(path, 'w') as f:
     json.dump(dict(traceEvents=events, displayTimeUnit='ms',
-                   otherData=dict(summary=Summary(intervals))), f)
+                   otherData=dict(summary=Summary(intervals, tasks))), f)
 
 
-def WriteGantt(intervals: Sequence[Interval], path: str) -> None:
+def WriteGantt(intervals: Sequence[Interval], path: str,
+               tasks: Optional[Sequence[schedule.Task]] = None) -> None:
   """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
   and backward bars, the Summary line as title."""
   # Imported here: matplotlib is slow to import and only this function needs it.
@@ -249,12 +298,13 @@ def WriteGantt(intervals: Sequence[Interval], path: str) -> None:
                     '' if i.phase == Phase.RECOMPUTE else str(i.micro_batch))
           for i in intervals]
   gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
-             title=f'GPipe step timeline: {Summary(intervals)}',
+             title=f'Pipeline step timeline: {Summary(intervals, tasks)}',
              kinds=[p.value for p in Phase])
 
 
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
-                     attempts: int = 3) -> List[Interval]:
+                     attempts: int = 3,
+                     tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
   """Profiles one step (Profile) and returns its Intervals, profiling
   another step when a trace does not parse as one GPipe step: the profiler
   can lose a cell call's events (seen once, in a loaded test run: a device
@@ -264,7 +314,8 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
     raise ValueError(f'attempts must be >= 1, got {attempts}.')
   for attempt in range(attempts):
     try:
-      return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)))
+      return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)),
+                       tasks)
     except ValueError as e:
       error = e
       logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,
@@ -272,18 +323,26 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
   raise error
 
 
-def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1) -> str:
+def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
+           tasks: Optional[Sequence[schedule.Task]] = None) -> str:
   """Profiles one step and writes out_dir/timeline.json and timeline.png.
 
   Args:
     step_fn: runs one training step (see Profile).
     out_dir: where the profile, timeline.json and timeline.png go.
     warmup: unprofiled calls of step_fn first.
+    tasks: the step's schedule.Tasks (None: fill-drain, a cell per device).
 
   Returns:
     The Summary line (K, M, measured and theoretical bubble).
   """
-  intervals = ProfileIntervals(step_fn, out_dir, warmup)
-  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'))
-  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'))
-  return Summary(intervals)
+  return Summary(RecordIntervals(step_fn, out_dir, warmup, tasks), tasks)
+
+
+def RecordIntervals(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
+                    tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
+  """As Record, returning the step's Intervals."""
+  intervals = ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks)
+  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), tasks)
+  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), tasks)
+  return intervals

@@ -135,3 +135,41 @@ def ExpectedMovingAverages(bn_inputs: Dict[str, List[np.ndarray]], decay: float
     expected[path] = (decay * mean0 + (1 - decay) * h.mean(axes),
                       decay * var0 + (1 - decay) * h.var(axes))
   return expected
+
+
+def MicroLoss(inputs: Sequence[tf.Tensor], num_micro: int) -> Callable[[Any], tf.Tensor]:
+  """The per-micro-batch terms of Loss, for PipeliningLayer.FPropWithLoss:
+  they sum to Loss of the merged outputs. The stack's weighted cross
+  entropy divides by the whole batch's weight, counted from the paddings
+  before the pipeline (a constant of the batch: ConstantNormLoss)."""
+  if len(inputs) == 3:  # the Transformer stack: ids, paddings, labels
+    norm = tf.maximum(tf.reduce_sum(1.0 - inputs[1]), 1.0)
+    return lambda out: tf.reduce_sum(out[1] * out[2]) / norm
+  return lambda out: (tf.reduce_sum(tf.square(out)) /
+                      tf.cast(tf.size(out) * num_micro, out.dtype))
+
+
+def ConstantNormLoss(outputs: Any) -> tf.Tensor:
+  """Loss, whose weighted mean's divisor is a constant of the batch (no
+  gradient through the count of weights), as MicroLoss's."""
+  if isinstance(outputs, tuple):
+    _, per_token, weights = outputs
+    norm = tf.stop_gradient(tf.maximum(tf.reduce_sum(weights), 1.0))
+    return tf.reduce_sum(per_token * weights) / norm
+  return Loss(outputs)
+
+
+def TrainStepWithLoss(pipe: gpipe.PipeliningLayer, step: int, num_micro: int,
+                      eager: bool = False):
+  """As TrainStep, through FPropWithLoss with MicroLoss: the loss inside
+  the pipeline, in the order of the pipeline's schedule."""
+  variables = list(pipe.trainable_variables)
+
+  def Step(*inputs):
+    with tf.GradientTape() as tape:
+      tape.watch(FloatInputs(inputs))
+      theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
+      loss, outputs = pipe.FPropWithLoss(theta, MicroLoss(inputs, num_micro), *inputs)
+    return outputs, loss, tape.gradient(loss, variables + FloatInputs(inputs))
+
+  return Step if eager else tf.function(Step, autograph=False)

@@ -19,13 +19,13 @@ def test_default_is_the_local_devices_without_a_cluster():
   assert [[d.index for d in row] for row in places] == [[0, 1], [2, 3], [4, 5]]
 
 
-def test_worker_tasks_in_order_and_cells_per_device():
+def test_worker_tasks_in_order_and_consecutive_cells_per_device():
   workers = cluster.WorkerDevices(4)
   places = device_mapping.PlaceReplicas(2, 2, workers, check_exists=False)
   assert _Names(places) == [
       ['/job:worker/replica:0/task:0/device:CPU:0', '/job:worker/replica:0/task:1/device:CPU:0'],
       ['/job:worker/replica:0/task:2/device:CPU:0', '/job:worker/replica:0/task:3/device:CPU:0']]
-  packed = device_mapping.PlaceReplicas(4, 1, workers[:2], cells_per_device=2)
+  packed = device_mapping.PlaceReplicas(4, 1, workers[:2], consecutive_cells_per_device=2)
   assert [d.task for d in packed[0]] == [0, 0, 1, 1]
   assert device_mapping.Flatten(packed)[2] == '/job:worker/replica:0/task:1/device:CPU:0'
   with pytest.raises(ValueError, match='4 cells need 4 devices but only 2'):

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.pipeline import schedule
 
 from tests import transparency
 from tests.pipeline import pipeline_models as models
@@ -47,14 +48,36 @@ def _Float32Loss(outputs: Any) -> tf.Tensor:
   return models.Loss(tf.cast(outputs, tf.float32))
 
 
+def _TrainStepWithFloat32Loss(pipe, step: int, num_micro: int):
+  """models.TrainStepWithLoss with each micro-batch's term of _Float32Loss
+  (a mean of squares over the whole batch) computed in float32."""
+  variables = list(pipe.trainable_variables)
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
+      micro_loss = lambda out: tf.reduce_sum(tf.square(tf.cast(out, tf.float32))) / float(
+          x.shape.num_elements())
+      loss, outputs = pipe.FPropWithLoss(theta, micro_loss, x)
+    return outputs, loss, tape.gradient(loss, variables + [x])
+
+  return Step
+
+
 def _FfnPipeline(k: int, m: int, **kwargs):
   layers, shape = models.FfnLayers(dim=16)
   return models.Pipeline(layers, shape, k, m, fprop_dtype=_DTYPE, **kwargs), shape
 
 
-def _CheckBf16Transparent(pipe, inputs: List[tf.Tensor], m: int) -> None:
+def _CheckBf16Transparent(pipe, inputs: List[tf.Tensor], m: int,
+                          loss_inside: bool = False) -> None:
   ref = transparency.Reference(pipe).TrainStep(inputs, m, 3, _Float32Loss)
-  y, loss, grads = models.TrainStep(pipe, 3, _Float32Loss)(*inputs)
+  if loss_inside:
+    y, loss, grads = _TrainStepWithFloat32Loss(pipe, 3, m)(*inputs)
+  else:
+    y, loss, grads = models.TrainStep(pipe, 3, _Float32Loss)(*inputs)
   for out in tf.nest.flatten(y):
     if out.dtype.is_floating and out.shape.rank:
       assert out.dtype in (_DTYPE, tf.float32), out.dtype
@@ -95,6 +118,23 @@ def test_ffn_bfloat16_pipeline_equals_unpipelined(k, m):
 def test_transformer_bfloat16_pipeline_equals_unpipelined(k, m):
   pipe = models.TransformerStackPipeline(k, m, fprop_dtype=_DTYPE)
   _CheckBf16Transparent(pipe, list(models.TransformerInputs(5)), m)
+
+
+# Each other way to run a training step casts the weights as FProp's
+# unrolled GPipe step does: 1F1B and interleaved stages (the loss inside),
+# the tick loop, and replicas (cast before the copies to other replicas).
+@pytest.mark.parametrize('kwargs,loss_inside', [
+    (dict(schedule=schedule.ScheduleKind.ONE_F_ONE_B), True),
+    (dict(schedule=schedule.ScheduleKind.INTERLEAVED, cells_per_device=2), True),
+    (dict(loop_min_micro_batches=2), False),
+    (dict(num_replicas=2), False),
+], ids=['1f1b', 'interleaved', 'tick_loop', 'replicas'])
+def test_ffn_bfloat16_other_steps_equal_unpipelined(kwargs, loss_inside):
+  k = 4 if 'cells_per_device' in kwargs else 2
+  pipe, shape = _FfnPipeline(k, 2, **kwargs)
+  x = tf.random.stateless_normal(shape, [1, 2])
+  # Replica r's micro-batch m draws the dropout mask of micro-batch r*M + m.
+  _CheckBf16Transparent(pipe, [x], 2 * kwargs.get('num_replicas', 1), loss_inside)
 
 
 def test_variables_slots_and_checkpoints_stay_float32(tmp_path):

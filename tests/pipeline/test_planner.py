@@ -180,3 +180,71 @@ def test_largest_fitting_stack_grows_with_the_budget():
   with pytest.raises(ValueError, match=r'max_layers \(1\) >= num_cells \(2\)'):
     planner.LargestFittingStack(lambda n: _Stack([8] * (n + 1)), [[8, 8]], 10**6, 2, 1,
                                 RematPolicy.NONE, max_layers=1)
+
+
+# --- schedules -----------------------------------------------------------------
+
+from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
+
+
+@pytest.mark.parametrize('remat', list(RematPolicy))
+def test_one_f_one_b_keeps_k_minus_k_micro_batches_by_hand(remat):
+  """K=2 cells of two layers, M=4: fill-drain keeps 4 micro-batches on each
+  cell, 1F1B 2 on cell 0 and 1 on cell 1; same bubble and, but for the
+  micro-batches it records, the same time."""
+  d, n, k, m = 8, 8, 2, 4
+  mb = n // m
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat,
+                         schedule_kind=ScheduleKind.ONE_F_ONE_B)
+  big = _Act(d, mb)
+  kept = [2, 1]
+  act = {RematPolicy.NONE: [2 * f * _Act(d, mb) + big for f in kept],
+         RematPolicy.PER_CELL: [f * _In(d, mb) + 2 * _Act(d, mb) + big for f in kept],
+         RematPolicy.PER_LAYER: [f * _In(d, mb) + 2 * _In(d, mb) + 2 * big for f in kept]}[remat]
+  assert row.act_bytes == act
+  assert row.param_bytes == [2 * _Params(d, d)] * k
+  assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
+  gpipe_row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat)
+  # PER_CELL: fill-drain keeps each cell's last micro-batch, 1F1B only the
+  # last cell's (cell 0 recomputes all four).
+  recorded = {RematPolicy.PER_CELL: 1}.get(remat, 0)
+  flops = 2 * _Flops(d, d, mb)
+  assert gpipe_row.relative_step_time - row.relative_step_time == -recorded * flops
+  assert row.schedule_kind == ScheduleKind.ONE_F_ONE_B
+
+
+def test_interleaved_sums_the_cells_of_each_device():
+  """K=2 devices, v=2: four one-layer cells, cells 0 and 2 on device 0;
+  the bubble (K-1)/(vM+K-1)."""
+  d, n, m = 8, 8, 4
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], 4, m, RematPolicy.PER_CELL,
+                         schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2)
+  assert row.num_devices == 2 and len(row.peak_bytes) == 2
+  assert row.param_bytes == [2 * _Params(d, d)] * 2
+  assert row.bubble == pytest.approx(1 / (2 * m + 1))
+  fill = planner.Estimate(_Stack([d] * 5), [[n, d]], 2, m, RematPolicy.PER_CELL)
+  assert row.relative_step_time < fill.relative_step_time
+
+
+def test_plan_recommends_a_schedule():
+  """Without remat, 1F1B takes fill-drain's time in less memory: with a
+  budget between the two, only 1F1B fits and is recommended."""
+  layers = _Stack([64] * 9)
+  kinds = [(ScheduleKind.GPIPE, 1), (ScheduleKind.ONE_F_ONE_B, 1)]
+  rows = planner.Plan(layers, [[64, 64]], 10**9, cells=(4,), micro_batches=(8,),
+                      remats=(RematPolicy.NONE,), schedules=kinds)
+  gpipe_row, one_f = rows
+  assert one_f.max_peak_bytes < gpipe_row.max_peak_bytes
+  assert one_f.relative_step_time == gpipe_row.relative_step_time
+  budget = (one_f.max_peak_bytes + gpipe_row.max_peak_bytes) // 2
+  rows = planner.Plan(layers, [[64, 64]], budget, cells=(4,), micro_batches=(8,),
+                      remats=(RematPolicy.NONE,), schedules=kinds)
+  assert planner.Recommend(rows).schedule_kind == ScheduleKind.ONE_F_ONE_B
+  assert '1F1B' in planner.FormatTable(rows).splitlines()[2]
+
+
+def test_plan_skips_what_a_schedule_cannot_run():
+  """Interleaved v=2: K*v cells within the 4 layers, M a multiple of K."""
+  rows = planner.Plan(_Stack([8] * 5), [[8, 8]], 10**9, cells=(1, 2, 4), micro_batches=(1, 2),
+                      remats=(RematPolicy.NONE,), schedules=[(ScheduleKind.INTERLEAVED, 2)])
+  assert [(r.num_devices, r.num_micro_batches) for r in rows] == [(1, 1), (1, 2), (2, 2)]

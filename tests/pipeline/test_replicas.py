@@ -93,9 +93,9 @@ def test_too_few_devices_fail_at_build(kwargs, message):
   assert message in str(e.value)
 
 
-def test_cells_per_device_packs_replicas():
+def test_consecutive_cells_per_device_packs_replicas():
   layers, shape = models.FfnLayers()
-  pipe = models.Pipeline(layers, shape, 2, 2, num_replicas=2, cells_per_device=2,
+  pipe = models.Pipeline(layers, shape, 2, 2, num_replicas=2, consecutive_cells_per_device=2,
                          devices=['CPU:4', 'CPU:5'])
   assert [[d.index for d in row] for row in pipe.replica_devices] == [[4, 4], [5, 5]]
   transparency.CheckTransparent(pipe, (tf.random.stateless_normal(shape, [1, 2]),), 4)

@@ -72,3 +72,157 @@ def test_bubble_fraction():
 def test_bad_sizes_raise(k, m):
   with pytest.raises(ValueError, match=f'num_cells={k}, num_micro_batches={m}'):
     list(schedule.ForwardClockCycles(k, m))
+
+
+# --- both phases: GPIPE, ONE_F_ONE_B, INTERLEAVED ------------------------------
+
+KIND = ScheduleKind
+
+
+def _Orders(kind, k, m, v=1):
+  """Per device its steps as 'F<m>'/'B<m>' (with '.<cell>' if v > 1)."""
+  return [[f'{"F" if ph == Phase.FORWARD else "B"}{mb}' + (f'.{c}' if v > 1 else '')
+           for ph, c, mb in order]
+          for order in schedule.DeviceOrders(kind, k, m, v)]
+
+
+def test_gpipe_orders_and_table_k3_m4():
+  assert _Orders(KIND.GPIPE, 3, 4) == [['F0', 'F1', 'F2', 'F3', 'B3', 'B2', 'B1', 'B0']] * 3
+  assert schedule.ClockTable(schedule.Tasks(KIND.GPIPE, 3, 4)) == '\n'.join([
+      'clock   0  1  2  3  4  5  6  7  8  9 10 11',
+      'dev 0  F0 F1 F2 F3  .  .  .  . B3 B2 B1 B0',
+      'dev 1   . F0 F1 F2 F3  .  . B3 B2 B1 B0  .',
+      'dev 2   .  . F0 F1 F2 F3 B3 B2 B1 B0  .  .'])
+
+
+def test_one_f_one_b_orders_and_table_k3_m4():
+  """Warm-up K-k-1 forwards, one forward one backward, cool-down."""
+  assert _Orders(KIND.ONE_F_ONE_B, 3, 4) == [
+      ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3'],
+      ['F0', 'F1', 'B0', 'F2', 'B1', 'F3', 'B2', 'B3'],
+      ['F0', 'B0', 'F1', 'B1', 'F2', 'B2', 'F3', 'B3']]
+  assert schedule.ClockTable(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == '\n'.join([
+      'clock   0  1  2  3  4  5  6  7  8  9 10 11',
+      'dev 0  F0 F1 F2  .  . B0 F3 B1  . B2  . B3',
+      'dev 1   . F0 F1  . B0 F2 B1 F3 B2  . B3  .',
+      'dev 2   .  . F0 B0 F1 B1 F2 B2 F3 B3  .  .'])
+
+
+def test_one_f_one_b_fewer_micro_batches_than_cells():
+  """M < K: the warm-up is cut at M forwards."""
+  assert _Orders(KIND.ONE_F_ONE_B, 4, 2) == [
+      ['F0', 'F1', 'B0', 'B1'], ['F0', 'F1', 'B0', 'B1'],
+      ['F0', 'F1', 'B0', 'B1'], ['F0', 'B0', 'F1', 'B1']]
+
+
+def test_interleaved_orders_and_table_k2_m4_v2():
+  """Cells 0, 2 on device 0 and 1, 3 on device 1; micro-batches in groups
+  of K=2; device d warms up with 2(K-d-1) + (v-1)K forwards."""
+  assert _Orders(KIND.INTERLEAVED, 2, 4, 2) == [
+      ['F0.0', 'F1.0', 'F0.2', 'F1.2', 'F2.0', 'B0.2', 'F3.0', 'B1.2',
+       'F2.2', 'B0.0', 'F3.2', 'B1.0', 'B2.2', 'B3.2', 'B2.0', 'B3.0'],
+      ['F0.1', 'F1.1', 'F0.3', 'B0.3', 'F1.3', 'B1.3', 'F2.1', 'B0.1',
+       'F3.1', 'B1.1', 'F2.3', 'B2.3', 'F3.3', 'B3.3', 'B2.1', 'B3.1']]
+  assert schedule.ClockTable(schedule.Tasks(KIND.INTERLEAVED, 2, 4, 2)) == '\n'.join([
+      'clock     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15   16   17',
+      'dev 0  F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0    . B2.2    . B3.2 B2.0 B3.0',
+      'dev 1     . F0.1 F1.1 F0.3 B0.3 F1.3 B1.3 F2.1 B0.1 F3.1 B1.1 F2.3 B2.3 F3.3 B3.3 B2.1 B3.1    .'])
+
+
+def test_interleaved_all_warm_up_when_m_equals_k():
+  assert _Orders(KIND.INTERLEAVED, 2, 2, 2) == [
+      ['F0.0', 'F1.0', 'F0.2', 'F1.2', 'B0.2', 'B1.2', 'B0.0', 'B1.0'],
+      ['F0.1', 'F1.1', 'F0.3', 'F1.3', 'B0.3', 'B1.3', 'B0.1', 'B1.1']]
+
+
+_SHAPES = [(KIND.GPIPE, k, m, 1) for k, m in [(1, 1), (2, 3), (4, 8), (8, 16), (4, 2)]] + [
+    (KIND.ONE_F_ONE_B, k, m, 1) for k, m in [(1, 1), (1, 4), (2, 3), (4, 8), (4, 2),
+                                              (8, 16), (8, 3)]] + [
+    (KIND.INTERLEAVED, k, m, v) for k, m, v in [(1, 3, 2), (2, 2, 2), (2, 4, 3), (4, 8, 2),
+                                                 (4, 8, 3), (4, 4, 2), (8, 16, 2), (3, 6, 1)]]
+
+
+@pytest.mark.parametrize('kind,k,m,v', _SHAPES)
+def test_properties_of_every_schedule(kind, k, m, v):
+  """Each (cell, micro-batch) forward and backward exactly once, on device
+  cell mod K; a device runs one task per clock; F(j, m) after F(j-1, m);
+  B(j, m) after F(j, m) and B(j+1, m); the list is in clock order."""
+  tasks = schedule.Tasks(kind, k, m, v)
+  cells = k * v
+  for phase in Phase:
+    assert sorted((t.cell, t.micro_batch) for t in tasks if t.phase == phase) == [
+        (c, b) for c in range(cells) for b in range(m)]
+  assert all(t.device == t.cell % k for t in tasks)
+  slots = [(t.device, t.clock) for t in tasks]
+  assert len(slots) == len(set(slots))
+  assert [t.clock for t in tasks] == sorted(t.clock for t in tasks)
+  clock = {(t.phase, t.cell, t.micro_batch): t.clock for t in tasks}
+  for c in range(cells):
+    for b in range(m):
+      assert clock[(Phase.BACKWARD, c, b)] > clock[(Phase.FORWARD, c, b)]
+      if c:
+        assert clock[(Phase.FORWARD, c, b)] > clock[(Phase.FORWARD, c - 1, b)]
+      if c + 1 < cells:
+        assert clock[(Phase.BACKWARD, c, b)] > clock[(Phase.BACKWARD, c + 1, b)]
+
+
+@pytest.mark.parametrize('k,m', [(1, 4), (2, 3), (3, 4), (4, 8), (4, 2), (8, 32)])
+def test_one_f_one_b_in_flight_bounded_by_k_minus_k(k, m):
+  """1F1B: cell c holds at most K-c micro-batches (min M); GPipe all M;
+  both have fill-drain's bubble."""
+  one_f = schedule.Tasks(KIND.ONE_F_ONE_B, k, m)
+  assert schedule.PeakInFlight(one_f) == [min(k - c, m) for c in range(k)]
+  gpipe_tasks = schedule.Tasks(KIND.GPIPE, k, m)
+  assert schedule.PeakInFlight(gpipe_tasks) == [m] * k
+  for tasks in (one_f, gpipe_tasks):
+    assert schedule.MeasuredBubble(tasks) == pytest.approx(schedule.BubbleFraction(k, m))
+
+
+@pytest.mark.parametrize('k,m,v', [(2, 4, 2), (4, 8, 2), (4, 8, 3), (4, 16, 2), (8, 32, 2)])
+def test_interleaved_bubble_divided_by_about_v(k, m, v):
+  tasks = schedule.Tasks(KIND.INTERLEAVED, k, m, v)
+  assert schedule.MeasuredBubble(tasks) == pytest.approx((k - 1) / (v * m + k - 1))
+  assert schedule.MeasuredBubble(tasks) < schedule.BubbleFraction(k, m)
+
+
+def test_gpipe_tasks_agree_with_the_phase_generators():
+  tasks = schedule.Tasks(KIND.GPIPE, 3, 5)
+  for phase in Phase:
+    ordered = sorted((t for t in tasks if t.phase == phase),
+                     key=lambda t: (t.clock, t.cell if phase == Phase.FORWARD else -t.cell))
+    assert [(t.cell, t.micro_batch) for t in ordered] == [
+        (t.cell, t.micro_batch) for t in schedule.Schedule(KIND.GPIPE, 3, 5, phase)]
+
+
+@pytest.mark.parametrize('kind,k,m,v,match', [
+    (KIND.INTERLEAVED, 4, 6, 2, 'num_micro_batches=6 must be a multiple of the number of '
+                                'devices K=4; use M=8'),
+    (KIND.ONE_F_ONE_B, 2, 4, 2, 'ONE_F_ONE_B runs one cell per device, got '
+                                'cells_per_device=2'),
+    (KIND.GPIPE, 2, 4, 0, 'cells_per_device must be >= 1, got 0'),
+    (KIND.ONE_F_ONE_B, 0, 4, 1, 'num_cells=0, num_micro_batches=4'),
+])
+def test_bad_shapes_raise(kind, k, m, v, match):
+  with pytest.raises(ValueError, match=match):
+    schedule.Tasks(kind, k, m, v)
+
+
+def test_phase_schedule_is_fill_drain_only():
+  with pytest.raises(ValueError, match='use Tasks'):
+    schedule.Schedule(KIND.ONE_F_ONE_B, 2, 2, Phase.FORWARD)
+
+
+def test_an_order_that_waits_on_itself_is_reported():
+  """A device that runs a backward before its own forward never starts."""
+  orders = [[(Phase.BACKWARD, 0, 0), (Phase.FORWARD, 0, 0)]]
+  with pytest.raises(ValueError, match='deadlocks'):
+    schedule._Clocks(orders, 1)  # pylint: disable=protected-access
+
+
+def test_kept_forwards_are_those_their_backward_follows():
+  """Fill-drain: each cell's last micro-batch; 1F1B: every micro-batch of
+  the last cell, and none of the others (K=3, M=4 tables above)."""
+  assert schedule.KeptForwards(schedule.Tasks(KIND.GPIPE, 3, 4)) == {
+      (0, 3), (1, 3), (2, 3)}
+  assert schedule.KeptForwards(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == {
+      (2, 0), (2, 1), (2, 2), (2, 3)}

@@ -189,3 +189,20 @@ def test_profile_of_a_live_step(tmp_path):
   loop = timeline.Profile(Loop, str(tmp_path / 'loop'))
   with pytest.raises(ValueError, match='2 steps'):
     timeline.Intervals(timeline.LoadTrace(loop))
+
+
+def test_labels_follow_the_schedule_s_device_orders():
+  """Without tasks: fill-drain, a cell per device; with 1F1B's or the
+  interleaved schedule's tasks: each device's forwards and backwards in
+  the order of its schedule, with the cell that runs them."""
+  from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
+  assert timeline._Labels(None, 2, 2) == [  # pylint: disable=protected-access
+      ([(0, 0), (0, 1)], [(0, 1), (0, 0)]), ([(1, 0), (1, 1)], [(1, 1), (1, 0)])]
+  one_f = schedule.Tasks(ScheduleKind.ONE_F_ONE_B, 2, 2)
+  assert timeline._Labels(one_f, 2, 2) == [  # pylint: disable=protected-access
+      ([(0, 0), (0, 1)], [(0, 0), (0, 1)]), ([(1, 0), (1, 1)], [(1, 0), (1, 1)])]
+  interleaved = schedule.Tasks(ScheduleKind.INTERLEAVED, 2, 2, 2)
+  assert timeline._Labels(interleaved, 2, 4)[0] == (  # pylint: disable=protected-access
+      [(0, 0), (0, 1), (2, 0), (2, 1)], [(2, 0), (2, 1), (0, 0), (0, 1)])
+  with pytest.raises(ValueError, match='runs \\[4, 4\\] forwards per device; the trace 2'):
+    timeline._Labels(interleaved, 2, 2)  # pylint: disable=protected-access

@@ -41,8 +41,8 @@ def test_planner_sees_one_replicas_batch():
   assert abs(_ActMiB(two, 2, 4, 'NONE') - _ActMiB(one, 2, 4, 'NONE') / 2) <= 0.1
 
 
-def test_cells_per_device_and_local_default():
-  text = inspection.ModelPlan(_Task(num_replicas=2, cells_per_device=2), cluster_tasks=2)
+def test_consecutive_cells_per_device_and_local_default():
+  text = inspection.ModelPlan(_Task(num_replicas=2, consecutive_cells_per_device=2), cluster_tasks=2)
   assert re.search(r'^  1 +/job:worker/replica:0/task:0/device:CPU:0 ', text, re.M)
   assert 'replica 1: cell 0 on /job:worker/replica:0/task:1/device:CPU:0' in text
   local = inspection.ModelPlan(_Task(num_replicas=2))

@@ -22,7 +22,7 @@ def _Task(**pipeline):
 
 def _Header(text):
   """(K, M, bubble) of the pipeline's first line."""
-  m = re.search(r'K=(\d+) cells, M=(\S+) micro-batches, remat \w+, bubble (.*)$', text, re.M)
+  m = re.search(r'K=(\d+) cells, M=(\S+) micro-batches, remat \w+, schedule \w+, bubble (.*)$', text, re.M)
   return int(m[1]), m[2], m[3]
 
 

@@ -17,3 +17,24 @@ def test_profile_mode_writes_the_timeline(tmp_path):
   assert {e['cat'] for e in spans} >= {'forward', 'backward'}
   with open(tmp_path / 'timeline.png', 'rb') as f:
     assert f.read(4) == b'\x89PNG'
+  _CheckSummaries(tmp_path / 'profile')
+
+
+def _CheckSummaries(summary_dir):
+  """The profile's TensorBoard summaries: bubble, busy fractions, picture."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  values = {}
+  for path in glob.glob(str(summary_dir / 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        values[v.tag] = tf.make_ndarray(v.tensor)
+  busy = {tag: float(x) for tag, x in values.items()
+          if tag.startswith('pipeline/busy_fraction/')}
+  assert sorted(busy) == ['pipeline/busy_fraction/CPU_0', 'pipeline/busy_fraction/CPU_1']
+  assert all(0 < b <= 1 for b in busy.values())
+  bubble = float(values['pipeline/bubble_measured'])
+  assert abs(bubble - (1 - sum(busy.values()) / 2)) < 1e-6
+  assert abs(float(values['pipeline/bubble_theoretical']) - 1 / 3) < 1e-6
+  image = values['pipeline/timeline']  # width, height, PNG bytes
+  assert image.shape == (3,) and image[2][:4] == b'\x89PNG'

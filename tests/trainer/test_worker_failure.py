@@ -147,7 +147,7 @@ def test_a_worker_started_twice_on_one_port_and_bad_worker_flags():
 @pytest.mark.parametrize('spec,flags,message', [
     ('worker=localhost', [], "Cluster address 'localhost' of job 'worker' is not host:port"),
     ('worker=localhost:{0}', [],
-     'The model needs 2 devices (cells x replicas / cells_per_device) but '
+     'The model needs 2 devices (cells x replicas / consecutive_cells_per_device) but '
      '--cluster_spec has 1 worker task(s)'),
     # Nobody listens there: a worker that never came up, or a client spec
     # that does not match the workers' addresses.

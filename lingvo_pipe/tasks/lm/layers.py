@@ -2,7 +2,9 @@
 
 The paddings and labels travel with the activations (CarryLayer), so any
 partition into cells works. The loss is a weighted mean taken after the
-pipeline, on the last cell's device.
+pipeline, on the last cell's device; under a schedule other than GPipe's
+(1F1B, interleaved) each micro-batch's share of it is taken inside the
+pipeline, right after the last cell's forward.
 """
 
 import math
@@ -19,6 +21,7 @@ from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import weights
 from lingvo_pipe.pipeline.pipelined_model import CarryLayer
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
+from lingvo_pipe.pipeline.schedule import ScheduleKind
 
 
 def Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
@@ -151,7 +154,15 @@ class GPipeTransformerStack(PipelinedModel):
 
   def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
             labels: tf.Tensor) -> NestedMap:
-    logits, per_token, weights = self.pipeline.FProp(theta.pipeline, ids, paddings, labels)
+    if self.params.pipeline.schedule == ScheduleKind.GPIPE:
+      logits, per_token, weights = self.pipeline.FProp(theta.pipeline, ids, paddings,
+                                                       labels)
+      loss = WeightedLoss(per_token, weights)
+    else:  # 1F1B, interleaved: the loss inside the pipeline, per micro-batch
+      norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
+      loss, (logits, per_token, weights) = self.pipeline.FPropWithLoss(
+          theta.pipeline, lambda out: tf.reduce_sum(out[1] * out[2]) / norm,
+          ids, paddings, labels)
     return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
-                     loss=WeightedLoss(per_token, weights))
+                     loss=loss)
 
