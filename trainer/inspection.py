@@ -93,7 +93,10 @@ def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
-                      broadcast_inputs=p.broadcast_inputs, schedules=PLANNED_SCHEDULES)
+                      broadcast_inputs=p.broadcast_inputs,
+                      # Replicas run the GPIPE schedule only (gpipe._NumDevices).
+                      schedules=PLANNED_SCHEDULES if p.num_replicas == 1 else
+                      PLANNED_SCHEDULES[:1])
   best = planner.Recommend(rows)
   verdict = (f'K={best.num_devices} M={best.num_micro_batches} remat '
              f'{best.remat.name} schedule {planner.ScheduleName(best)}'
