@@ -11,8 +11,6 @@ from absl import flags
 from lingvo_pipe.profiling import trace_calls
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('logdir', '', 'A --timeline_dir of pipeline_bench (or any TF profiler logdir).')
-flags.DEFINE_integer('top', 15, 'Op types (and other host events) listed, by total time.')
 
 # Ops that run other ops (their kernels are counted inside them too).
 _CALLERS = ('PartitionedCall', 'StatefulPartitionedCall', 'While', 'If',
@@ -56,5 +54,12 @@ def main(argv):
   print(json.dumps(Summarize(space, FLAGS.top), indent=1))
 
 
+def _DefineFlags():
+  """Only when run, so importing this beside other benchmarks does not clash."""
+  flags.DEFINE_string('logdir', '', 'A --timeline_dir of pipeline_bench (or any TF profiler logdir).')
+  flags.DEFINE_integer('top', 15, 'Op types (and other host events) listed, by total time.')
+
+
 if __name__ == '__main__':
+  _DefineFlags()
   app.run(main)

@@ -9,13 +9,6 @@ from absl import flags
 import tensorflow as tf
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer('layers', 4, 'Residual blocks (ffn K=4 gives each cell 4).')
-flags.DEFINE_integer('rows', 16, 'Rows per call (ffn K=4 M=4: 16 per micro-batch).')
-flags.DEFINE_integer('calls', 1, 'Forward+backward calls per step, each on its own rows.')
-flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
-flags.DEFINE_bool('xla', False, 'jit_compile the step.')
-flags.DEFINE_integer('steps', 20, 'Measured steps (after 3 unmeasured).')
-flags.DEFINE_integer('intra_op_threads', 0, 'Intra-op threads (0: TF default).')
 
 
 def main(argv):
@@ -56,5 +49,17 @@ def main(argv):
                         step_s_median=statistics.median(times), step_s_min=min(times))))
 
 
+def _DefineFlags():
+  """Only when run, so importing this beside other benchmarks does not clash."""
+  flags.DEFINE_integer('layers', 4, 'Residual blocks (ffn K=4 gives each cell 4).')
+  flags.DEFINE_integer('rows', 16, 'Rows per call (ffn K=4 M=4: 16 per micro-batch).')
+  flags.DEFINE_integer('calls', 1, 'Forward+backward calls per step, each on its own rows.')
+  flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+  flags.DEFINE_bool('xla', False, 'jit_compile the step.')
+  flags.DEFINE_integer('steps', 20, 'Measured steps (after 3 unmeasured).')
+  flags.DEFINE_integer('intra_op_threads', 0, 'Intra-op threads (0: TF default).')
+
+
 if __name__ == '__main__':
+  _DefineFlags()
   app.run(main)
