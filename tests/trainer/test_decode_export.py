@@ -2,7 +2,6 @@
 the trainer binary in subprocesses, the export loaded by a process that
 does not import the project."""
 
-import glob
 import os
 import re
 import subprocess
@@ -21,6 +20,7 @@ from trainer import experiment_params
 from trainer import loop
 
 from tests import fresh_process
+from tests.trainer import summaries
 
 MT = 'mt.ReverseBytesGPipe'
 TINY_LM = 'lm.StdlibBytesTiny'
@@ -35,15 +35,6 @@ MT_OVERRIDES = ('trainer.steps_per_loop=100; trainer.eval_steps=1; trainer.warmu
 
 def _Run(*flags, check=True):
   return fresh_process.RunPython('-m', 'trainer.trainer', *flags, check=check)
-
-
-def _Scalars(logdir, split):
-  out = {}
-  for path in sorted(glob.glob(os.path.join(logdir, split, 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        out.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
-  return out
 
 
 @pytest.fixture(scope='module')
@@ -75,7 +66,7 @@ def test_brief_training_lifts_bleu_far_above_an_untrained_model(mt_run, tmp_path
   # Measured: untrained 0.00, trained ~11 (300 steps; 52 at 600 steps with
   # beam 4, unsmoothed, on 128 sentences).
   assert trained > untrained + 5.0, (trained, untrained)
-  assert _Scalars(logdir, 'decode')['bleu'] == [(MT_STEPS, pytest.approx(trained, abs=0.01))]
+  assert summaries.Scalars(logdir, 'decode')['bleu'] == [(MT_STEPS, pytest.approx(trained, abs=0.01))]
   lines = open(os.path.join(logdir, f'decode_{MT_STEPS}.txt'), encoding='utf-8').read().splitlines()
   assert len(lines) == 64
   # The file is detokenized text: the BLEU of its lines is the one reported.

@@ -3,8 +3,6 @@ the steps grouped into loops differently), and the pipelined and
 unpipelined versions of one experiment give the same loss curve to rtol
 1e-5 over 20 Adam steps."""
 
-import glob
-import os
 
 import numpy as np
 import pytest
@@ -14,6 +12,8 @@ from lingvo_pipe import base_experiment
 from lingvo_pipe import model_registry
 from trainer import experiment_params
 from trainer import loop
+
+from tests.trainer import summaries
 
 STEPS = 20
 
@@ -34,12 +34,7 @@ def _LossCurve(logdir, overrides, copy_weights_from=None):
       t.assign(s)
   initial = [v.numpy() for v in trainer.task.trainable_variables]
   trainer.Train(STEPS)
-  losses = {}
-  for path in glob.glob(os.path.join(str(logdir), 'train', 'events.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        if v.tag == 'loss':
-          losses[event.step] = tf.make_ndarray(v.tensor)
+  losses = dict(summaries.Scalars(logdir, 'train')['loss'])
   trainer.initial = initial
   return np.array([losses[s] for s in sorted(losses)]), trainer
 

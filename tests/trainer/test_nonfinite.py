@@ -12,6 +12,8 @@ from lingvo_pipe import model_registry
 from trainer import experiment_params
 from trainer import loop
 
+from tests.trainer import summaries
+
 
 def _Trainer(tmp_path, policy):
   params = experiment_params.ExperimentParams(
@@ -74,21 +76,12 @@ def _CheckpointValues(logdir):
   return out
 
 
-def _Scalars(logdir):
-  out = {}
-  for path in glob.glob(os.path.join(logdir, 'train', 'events.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        out.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
-  return out
-
-
 def test_one_nan_batch_is_skipped_counted_and_reported(tmp_path):
   trainer = _Trainer(tmp_path, base_experiment.NonFinitePolicy.SKIP_STEP)
   _NanLossAtStep(trainer, 3)
   trainer.Train(6)
   assert int(trainer.global_step.numpy()) == 6
-  skipped = sorted(_Scalars(str(tmp_path))['nonfinite_steps_skipped'])
+  skipped = sorted(summaries.Scalars(str(tmp_path), 'train')['nonfinite_steps_skipped'])
   assert skipped == [(2, 0.0), (4, 1.0), (6, 0.0)]
   values = _CheckpointValues(str(tmp_path))
   assert len(values) == 3

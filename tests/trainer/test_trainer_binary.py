@@ -4,25 +4,15 @@ import glob
 import os
 
 import pytest
-import tensorflow as tf
 
 from tests import fresh_process
+from tests.trainer import summaries
 
 TINY = 'lm.StdlibBytesTiny'
 
 
 def _Run(*flags, check=True):
   return fresh_process.RunPython('-m', 'trainer.trainer', *flags, check=check)
-
-
-def _Scalars(logdir, split):
-  """{tag: [(step, value)]} from the event files of logdir/split."""
-  out = {}
-  for path in sorted(glob.glob(os.path.join(logdir, split, 'events.*'))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        out.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
-  return out
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -34,7 +24,7 @@ def test_resume_continues_exactly(tmp_path):
   assert glob.glob(os.path.join(resumed, 'checkpoints', 'ckpt-4*'))
   second = _Run(*common, '--logdir=' + resumed, '--max_steps=8')
   assert 'Restored' in second.stdout and 'at step 4' in second.stdout
-  a, b = _Scalars(straight, 'train'), _Scalars(resumed, 'train')
+  a, b = summaries.Scalars(straight, 'train'), summaries.Scalars(resumed, 'train')
   assert [s for s, _ in a['loss']] == [2, 4, 6, 8]
   assert a['loss'] == b['loss']  # exactly: weights, slots, data position, seeds
   for tag in ('learning_rate', 'grad_norm', 'examples_per_sec', 'step_time_s'):
@@ -43,7 +33,7 @@ def test_resume_continues_exactly(tmp_path):
 
   evaluated = _Run('--model=' + TINY, '--mode=eval', '--logdir=' + straight)
   assert 'eval at step 8' in evaluated.stdout
-  metrics = _Scalars(straight, 'eval')
+  metrics = summaries.Scalars(straight, 'eval')
   assert metrics['bits_per_byte'][0][0] == 8
   assert 0 < metrics['bits_per_byte'][0][1] < 9
 
