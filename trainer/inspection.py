@@ -83,12 +83,12 @@ def _Bubble(p: hyperparams.Params, num_devices: int, num_micro: int) -> float:
                                                 p.cells_per_device))
 
 
-def _PlannerTable(p: hyperparams.Params, num_micro: Optional[int],
+def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[int],
                   budget_bytes: int, optimizer_slots: int) -> List[str]:
-  """The planner's candidates around the configured K and M, every remat."""
+  """The planner's candidates around the configured K (num_devices) and M,
+  every remat."""
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
-  num_devices = len(gpipe.CellParams(p)) // max(p.cells_per_device, 1)
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
@@ -190,7 +190,7 @@ def ModelPlan(task_params: hyperparams.Params,
     for r, row in enumerate(places[1:], start=1):
       lines.append(f'  replica {r}: ' + ', '.join(
           f'cell {k} on {d.name}' for k, d in enumerate(row)))
-    lines.extend(_PlannerTable(p, num_micro, budget_bytes, optimizer_slots))
+    lines.extend(_PlannerTable(p, num_devices, num_micro, budget_bytes, optimizer_slots))
   if not lines:
     lines.append('The model has no PipeliningLayer: it runs on one device.')
   return '\n'.join(lines)
