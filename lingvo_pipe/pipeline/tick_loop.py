@@ -65,6 +65,13 @@ def _Clamp(m: tf.Tensor, num_micro: int) -> tf.Tensor:
   return tf.clip_by_value(m, 0, num_micro - 1)
 
 
+def _RowsOfTicks(array: tf.TensorArray, ticks: List[int]) -> tf.Tensor:
+  """The 2-D factors written at `ticks`, their rows concatenated in that
+  order (one gather, whatever the number of ticks)."""
+  stacked = array.gather(ticks)
+  return tf.reshape(stacked, [-1, stacked.shape[-1]])
+
+
 class TickLoop:
   """The fill-drain training step of K cells over M micro-batches as two
   while loops (module docstring).
@@ -163,9 +170,10 @@ class TickLoop:
   def LastOutputs(self, last: List[tf.TensorArray]) -> List[tuple]:
     """Per micro-batch the last cell's outputs (micro-batch m at tick m+K-1)."""
     k = self._num_cells - 1
-    return [tuple(tf.nest.pack_sequence_as(self._out_structs[k],
-                                           [a.read(m + k) for a in last]))
-            for m in range(self._num_micro)]
+    ticks = [m + k for m in range(self._num_micro)]
+    columns = [tf.unstack(a.gather(ticks), self._num_micro) for a in last]
+    return [tuple(tf.nest.pack_sequence_as(self._out_structs[k], list(flat)))
+            for flat in zip(*columns)]
 
   def _FactorLayouts(self, stash: List[List[tf.TensorArray]],
                      output_grads: List[List[Any]]) -> List[List[Tuple[int, List[tf.TensorSpec]]]]:
@@ -262,15 +270,15 @@ class TickLoop:
       factors = {}
       with tf.device(runner.device):
         for i, specs in layouts[k]:
-          arrays = [next(flat) for _ in specs]
-          factors[i] = [(arrays[j].read(t), arrays[j + 1].read(t))
-                        for t in ticks for j in range(0, len(arrays), 2)]
+          arrays = [_RowsOfTicks(next(flat), ticks) for _ in specs]
+          factors[i] = [(arrays[j], arrays[j + 1]) for j in range(0, len(arrays), 2)]
       runner.gradients.PutFactors(factors)
     # Cell 0 runs micro-batch m at tick K-1 + M-1-m.
+    ticks = [last + num_micro - 1 - m for m in range(num_micro)]
     with tf.device(self._runners[0].device):
-      return [[g.read(last + num_micro - 1 - m) if IsDifferentiable(x) else None
-               for g, x in zip(grad_arrays, in_flat[0])]
-              for m in range(num_micro)]
+      columns = [tf.unstack(g.gather(ticks), num_micro) if IsDifferentiable(x)
+                 else [None] * num_micro for g, x in zip(grad_arrays, in_flat[0])]
+    return [list(grads) for grads in zip(*columns)]
 
 
 def Applicable(num_micro: int, min_micro_batches: int) -> bool:

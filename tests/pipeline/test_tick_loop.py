@@ -87,3 +87,20 @@ def test_deferred_weight_gradients_leave_the_loop(k, m):
   nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
   transposed = [n for n in nodes if n.op == 'MatMul' and n.attr['transpose_a'].b]
   assert transposed, 'no deferred product after the loop'
+
+
+def _ComputingOps(pipe, shape):
+  """Ops of the traced step and its functions' bodies, constants aside."""
+  graph_def = models.TrainStep(pipe, step=0).get_concrete_function(
+      tf.TensorSpec(shape)).graph.as_graph_def()
+  nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+  return len([n for n in nodes if n.op != 'Const'])
+
+
+def test_step_graph_does_not_grow_with_m():
+  """Every op of the step, not just the cell calls: micro-batches enter and
+  leave the loops (outputs, input gradients, deferred weight-gradient
+  factors) as one gather per tensor, so M=16 holds as many ops as M=4."""
+  layers, shape = models.FfnLayers(dim=64)
+  ops = [_ComputingOps(_LoopPipeline(layers, shape, 2, m), shape) for m in (4, 16)]
+  assert ops[0] == ops[1], ops
