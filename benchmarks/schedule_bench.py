@@ -6,8 +6,8 @@ all of them alike):
   memory  1F1B against fill-drain: allocator peak and step time,
           transformer-act K=4 M=8, without remat and with per-cell remat
   bubble  interleaved (v=2) against fill-drain: the bubble measured on the
-          profiled timeline, ffn K=4 M=8, one thread per device, every
-          micro-batch recomputed
+          profiled timeline, ffn K in {4, 2} M=8, one thread per device,
+          every micro-batch recomputed
   loop    the tick loop against the unrolled fill-drain step: time to the
           first step and step time, ffn K=4 at M in {4, 16, 64} and a
           16-layer transformer (batch 32) K=8 at M in {8, 32}
@@ -60,16 +60,26 @@ def MemoryEntries() -> Dict[str, List[str]]:
           for remat in ('none', 'per_cell') for schedule in ('gpipe', 'one_f_one_b')}
 
 
+BUBBLE_KS = (4, 2)
+
+
 def BubbleEntries(timeline_root: str) -> Dict[str, List[str]]:
+  """Fill-drain and interleaved v=2 at M=8, one thread per device, for K=4
+  (the issue's configuration: 4 devices on this machine's 2 cores) and K=2
+  (one device per core)."""
   # --remat_last_micro_batch: every cell task a function call, which the
   # timeline parser finds per device (kept, inlined micro-batches of
   # several cells on one device are one span to it).
-  common = ['--workload=ffn', '--k=4', '--m=8', '--intra_op_threads=1',
-            '--inter_op_threads=4', '--remat_last_micro_batch']
-  return {name: common + args + [f'--timeline_dir={timeline_root}/{name}']
-          for name, args in (('gpipe', ['--schedule=gpipe']),
-                             ('interleaved_v2', ['--schedule=interleaved',
-                                                 '--cells_per_device=2']))}
+  entries = {}
+  for k in BUBBLE_KS:
+    common = ['--workload=ffn', f'--k={k}', '--m=8', '--intra_op_threads=1',
+              f'--inter_op_threads={k}', '--remat_last_micro_batch']
+    for schedule, args in (('gpipe', ['--schedule=gpipe']),
+                           ('interleaved_v2', ['--schedule=interleaved',
+                                               '--cells_per_device=2'])):
+      name = f'K{k}_{schedule}'
+      entries[name] = common + args + [f'--timeline_dir={timeline_root}/{name}']
+  return entries
 
 
 def LoopEntries() -> Dict[str, List[str]]:
@@ -103,6 +113,13 @@ def _Portable(command: str) -> str:
 def _MeasuredBubbles(runs: List[dict]) -> List[float]:
   found = [_BUBBLE.search(r.get('timeline', '')) for r in runs if 'error' not in r]
   return [float(m.group(1)) for m in found if m]
+
+
+def _WithSetup(runs: List[dict]) -> List[dict]:
+  """The runs with setup_s: time to the first step less one step's time."""
+  return [dict(r, setup_s=r['first_step_s'] - r['step_s_median'])
+          if r.get('first_step_s') is not None and r.get('step_s_median') is not None
+          else r for r in runs]
 
 
 def _Median(values: List[float]) -> Optional[float]:
@@ -151,10 +168,12 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
     lines.append('')
   bubble = results.get('bubble')
   if bubble:
-    lines += ['## Interleaved (v=2) against fill-drain (ffn, K=4, M=8, one thread '
+    lines += ['## Interleaved (v=2) against fill-drain (ffn, M=8, one thread '
               'per device)', '',
               'The bubble measured on the profiled timeline of one step '
-              '(pipeline_bench --timeline_dir): 1 - busy / (K x span), medians.', '']
+              '(pipeline_bench --timeline_dir): 1 - busy / (K x span), medians. '
+              'K=4 is the issue\'s configuration, with four one-thread devices '
+              'on two cores; K=2 gives each device a core of its own.', '']
     rows = []
     medians = {}
     for name, entry in bubble.items():
@@ -162,12 +181,16 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
       rows.append([name, runner.Fmt(medians[name], '.3f'),
                    runner.Fmt(runner.Median(entry['runs'], 'step_s_median'), '.3f'),
                    str(len(_MeasuredBubbles(entry['runs'])))])
-    lines += [runner.MarkdownTable(['schedule', 'measured bubble', 's/step', 'profiles'],
-                                   rows), '']
-    ratio = runner.Ratio(medians.get('interleaved_v2'), medians.get('gpipe'))
-    lines += [f'Interleaved / fill-drain measured bubble: {runner.Fmt(ratio, ".2f", "x")} '
-              '(unit-time model: (K-1)/(vM+K-1) = 0.158 against (K-1)/(M+K-1) = '
-              '0.273, 0.58x).', '', 'Commands:', '']
+    lines += [runner.MarkdownTable(['configuration', 'measured bubble', 's/step',
+                                    'profiles'], rows), '']
+    for k in BUBBLE_KS:
+      ratio = runner.Ratio(medians.get(f'K{k}_interleaved_v2'), medians.get(f'K{k}_gpipe'))
+      fill_drain, interleaved = (k - 1) / (8 + k - 1), (k - 1) / (2 * 8 + k - 1)
+      lines.append(f'- K={k}: interleaved / fill-drain measured bubble '
+                   f'{runner.Fmt(ratio, ".2f", "x")} (unit-time model: '
+                   f'(K-1)/(vM+K-1) = {interleaved:.3f} against (K-1)/(M+K-1) = '
+                   f'{fill_drain:.3f}, {interleaved / fill_drain:.2f}x)')
+    lines += ['', 'Commands:', '']
     lines += [f"    {entry['command']}" for entry in bubble.values()]
     lines.append('')
   loop = results.get('loop')
@@ -177,14 +200,23 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
               'medians; graph ops count the step and every function body. '
               'Ratios: loop / unrolled at the same M, and first step at the '
               "largest M / at the smallest M of each emission.", '']
+    loop = {name: dict(entry, runs=_WithSetup(entry['runs'])) for name, entry in loop.items()}
     rows = []
     for name, entry in loop.items():
       runs = entry['runs']
       rows.append([name, runner.Fmt(runner.Median(runs, 'first_step_s'), '.2f'),
+                   runner.Fmt(runner.Median(runs, 'setup_s'), '.2f'),
                    runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'),
                    runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f')])
-    lines += [runner.MarkdownTable(['configuration', 'first step s', 's/step',
-                                    'graph ops'], rows), '']
+    lines += [runner.MarkdownTable(['configuration', 'first step s',
+                                    'first step less one step s', 's/step',
+                                    'graph ops'], rows), '',
+              '"First step less one step" takes the run of one step out of the '
+              'time to the first step: what is left is building, tracing and '
+              'TensorFlow\'s graph setup, the part that grows with the graph. '
+              'With B fixed, M=64 is 1-row micro-batches, and each streams every '
+              'weight through the cache once per cell call, so the step itself '
+              'grows with M in either emission.', '']
     for workload, k, ms in (('ffn', 4, (4, 16, 64)), ('transformer', 8, (8, 32))):
       def Get(m, emission, key):
         entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
@@ -192,8 +224,11 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
       for emission in ('unrolled', 'loop'):
         growth = runner.Ratio(Get(ms[-1], emission, 'first_step_s'),
                               Get(ms[0], emission, 'first_step_s'))
+        setup_growth = runner.Ratio(Get(ms[-1], emission, 'setup_s'),
+                                    Get(ms[0], emission, 'setup_s'))
         lines.append(f'- {workload} K={k} {emission}: first step at M={ms[-1]} / '
-                     f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}')
+                     f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}; less one step: '
+                     f'{runner.Fmt(setup_growth, ".2f", "x")}')
       for m in ms:
         lines.append(f'- {workload} K={k} M={m}: loop / unrolled step time '
                      f"{runner.Fmt(runner.Ratio(Get(m, 'loop', 'step_s_median'), Get(m, 'unrolled', 'step_s_median')), '.2f', 'x')}, "

@@ -21,7 +21,8 @@ def test_entries_compare_like_with_like():
                             'one_f_one_b_per_cell']
   assert all('--k=4' in args and '--m=8' in args for args in memory.values())
   bubble = schedule_bench.BubbleEntries('ROOT')
-  assert bubble['interleaved_v2'][-1] == '--timeline_dir=ROOT/interleaved_v2'
+  assert bubble['K4_interleaved_v2'][-1] == '--timeline_dir=ROOT/K4_interleaved_v2'
+  assert '--inter_op_threads=2' in bubble['K2_gpipe']
   loop = schedule_bench.LoopEntries()
   assert '--loop_min_micro_batches=0' in loop['ffn_K4_M64_unrolled']
   assert '--loop_min_micro_batches=2' in loop['transformer_K8_M32_loop']
@@ -40,18 +41,21 @@ def test_render_ratios():
                                                           step_s_median=2.0, first_step_s=4.0)),
               'one_f_one_b_none': dict(command='b', runs=_Runs(
                   bfc_peak_bytes=80 * 2**20, step_s_median=2.2, first_step_s=4.0))},
-      bubble={'gpipe': dict(command='c', runs=_Runs(
+      bubble={'K4_gpipe': dict(command='c', runs=_Runs(
                   timeline='K=4 M=8 bubble: measured 0.300, theoretical', step_s_median=1.0)),
-              'interleaved_v2': dict(command='d', runs=_Runs(
+              'K4_interleaved_v2': dict(command='d', runs=_Runs(
                   timeline='K=4 M=8 (8 cells) bubble: measured 0.150, schedule', step_s_median=1.0))},
       loop={f'ffn_K4_M{m}_{e}': dict(command='e', runs=_Runs(
-          first_step_s=float(m if e == 'unrolled' else 8), step_s_median=1.0, graph_ops=10))
+          first_step_s=float(m if e == 'unrolled' else 8) + m / 4, step_s_median=m / 4,
+          graph_ops=10))
             for m in (4, 16, 64) for e in ('unrolled', 'loop')})
   page = schedule_bench.Render(results, {'cpu': 'x', 'nproc': '2'})
   assert '| none | 200 | 80 | 0.40x | 2.00 | 2.20 | 1.10x | 1.00x |' in page
-  assert 'Interleaved / fill-drain measured bubble: 0.50x' in page
-  assert 'ffn K=4 unrolled: first step at M=64 / M=4: 16.00x' in page
-  assert 'ffn K=4 loop: first step at M=64 / M=4: 1.00x' in page
+  assert ('K=4: interleaved / fill-drain measured bubble 0.50x (unit-time model: '
+          '(K-1)/(vM+K-1) = 0.158 against (K-1)/(M+K-1) = 0.273, 0.58x)') in page
+  assert 'K=2: interleaved / fill-drain measured bubble –' in page
+  assert 'ffn K=4 unrolled: first step at M=64 / M=4: 16.00x; less one step: 16.00x' in page
+  assert 'ffn K=4 loop: first step at M=64 / M=4: 2.67x; less one step: 1.00x' in page
 
 
 def test_planner_brackets_the_measured_schedule_peaks():
