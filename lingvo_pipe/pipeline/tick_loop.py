@@ -140,20 +140,20 @@ class TickLoop:
     def Body(t, registers, arrays, sums):
       new_registers, new_arrays, new_sums = [], [], []
       for k, runner in enumerate(self._runners):
-        m = t - k
-        if k == 0:
-          x = self._CellInputs(0, m, arrays)
-        else:
-          x = tf.nest.pack_sequence_as(self._out_structs[k - 1], registers[k - 1])
+        with tf.device(runner.device):  # the tick's ops of cell k, on its device
+          m = t - k
+          if k == 0:
+            x = self._CellInputs(0, m, arrays)
+          else:
+            x = tf.nest.pack_sequence_as(self._out_structs[k - 1], registers[k - 1])
 
-        def Run(k=k, runner=runner, x=x, m=m):
-          out, upd, _ = runner.Forward(MicroTheta(self._thetas[k], m), x)
-          return tf.nest.flatten(out) + tf.nest.flatten(upd)
+          def Run(k=k, runner=runner, x=x, m=m):
+            out, upd, _ = runner.Forward(MicroTheta(self._thetas[k], m), x)
+            return tf.nest.flatten(out) + tf.nest.flatten(upd)
 
-        def Idle(k=k):
-          return _Zeros(out_flat[k]) + _Zeros(upd_flat[k])
+          def Idle(k=k):
+            return _Zeros(out_flat[k]) + _Zeros(upd_flat[k])
 
-        with tf.device(runner.device):
           result = tf.cond(_Active(m, self._num_micro), Run, Idle)
           outs, upds = result[:len(out_flat[k])], result[len(out_flat[k]):]
           new_registers.append(outs)
@@ -230,34 +230,34 @@ class TickLoop:
       new_factor_arrays: List[Any] = [None] * self._num_cells
       for k in reversed(range(self._num_cells)):
         runner = self._runners[k]
-        m = num_micro - 1 - (t - (last - k))
-        x = self._CellInputs(k, m, stash)
-        if k == last:
-          dy_flat = [tf.gather(d, _Clamp(m, num_micro)) for d in stacked_dys]
-        else:
-          dy_flat = registers[k]
-        dy = tf.nest.pack_sequence_as(self._out_structs[k], dy_flat)
+        with tf.device(runner.device):  # the tick's ops of cell k, on its device
+          m = num_micro - 1 - (t - (last - k))
+          x = self._CellInputs(k, m, stash)
+          if k == last:
+            dy_flat = [tf.gather(d, _Clamp(m, num_micro)) for d in stacked_dys]
+          else:
+            dy_flat = registers[k]
+          dy = tf.nest.pack_sequence_as(self._out_structs[k], dy_flat)
 
-        def Run(k=k, runner=runner, x=x, dy=dy, m=m):
-          dx = runner.Backward(MicroTheta(self._thetas[k], m), x, dy,
-                               self._decision, num_micro)
-          factors = runner.gradients.TakeFactors()
-          return [tf.zeros_like(v) if g is None else g
-                  for v, g in zip(tf.nest.flatten(x), dx)] + [
-                      t for i in sorted(factors) for pair in factors[i] for t in pair]
+          def Run(k=k, runner=runner, x=x, dy=dy, m=m):
+            dx = runner.Backward(MicroTheta(self._thetas[k], m), x, dy,
+                                 self._decision, num_micro)
+            factors = runner.gradients.TakeFactors()
+            return [tf.zeros_like(v) if g is None else g
+                    for v, g in zip(tf.nest.flatten(x), dx)] + [
+                        t for i in sorted(factors) for pair in factors[i] for t in pair]
 
-        def Idle(x=x, k=k):
-          return [tf.zeros_like(v) for v in tf.nest.flatten(x)] + _Zeros(factor_specs[k])
+          def Idle(x=x, k=k):
+            return [tf.zeros_like(v) for v in tf.nest.flatten(x)] + _Zeros(factor_specs[k])
 
-        with tf.device(runner.device):
           result = tf.cond(_Active(m, num_micro), Run, Idle)
           num_dx = len(tf.nest.flatten(x))
           dx, factors = result[:num_dx], result[num_dx:]
           new_factor_arrays[k] = [a.write(t, f) for a, f in zip(factor_arrays[k], factors)]
-        if k > 0:
-          new_registers[k - 1] = dx
-        else:
-          grad_arrays = [a.write(t, g) for a, g in zip(grad_arrays, dx)]
+          if k > 0:
+            new_registers[k - 1] = dx
+          else:
+            grad_arrays = [a.write(t, g) for a, g in zip(grad_arrays, dx)]
       return t + 1, new_registers, grad_arrays, new_factor_arrays
 
     _, _, grad_arrays, factor_arrays = tf.while_loop(

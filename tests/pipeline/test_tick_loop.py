@@ -104,3 +104,18 @@ def test_step_graph_does_not_grow_with_m():
   layers, shape = models.FfnLayers(dim=64)
   ops = [_ComputingOps(_LoopPipeline(layers, shape, 2, m), shape) for m in (4, 16)]
   assert ops[0] == ops[1], ops
+
+
+def test_each_tick_reads_and_writes_on_the_cells_devices():
+  """Inside the loop bodies, every stash read and write, micro-batch gather
+  and cell call is placed on a cell's device, so a tick sends only the
+  registers between cells (not every read through device 0)."""
+  layers, shape = models.FfnLayers(dim=64)
+  graph_def = models.TrainStep(_LoopPipeline(layers, shape, 2, 4), step=0).get_concrete_function(
+      tf.TensorSpec(shape)).graph.as_graph_def()
+  bodies = [f for f in graph_def.library.function if '_body_' in f.signature.name]
+  assert len(bodies) == 2, [f.signature.name for f in bodies]
+  placed = ('TensorListGetItem', 'TensorListSetItem', 'GatherV2', 'If', 'StatelessIf')
+  ops = [(n.op, n.device) for f in bodies for n in f.node_def if n.op in placed]
+  assert {device.split(':')[-1] for _, device in ops if device} == {'0', '1'}, ops
+  assert all(device for _, device in ops), [op for op, device in ops if not device]
