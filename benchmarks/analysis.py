@@ -9,12 +9,15 @@ baseline, so nothing is parsed out of names.
 """
 
 import dataclasses
+import re
+import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
 from benchmarks.runner import Fmt, MarkdownTable, Median, Ratio
 
 MB = 2**20
 ONE_PER_DEVICE = 'one_per_device'
+_MEASURED_BUBBLE = re.compile(r'bubble: measured ([0-9.]+)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,8 +176,8 @@ def SpeedupRows(section: Dict[str, dict]) -> List[dict]:
 def SpeedupTargets(rows: List[dict]) -> List[Target]:
   hit = [r['speedup_vs_k1'] for r in rows if r['threads'] == ONE_PER_DEVICE
          and r['k'] == 2 and r['m'] == 16 and r['workload'] == 'ffn']
-  return [Target('ffn K=2 M=16, one thread per device: speedup vs K=1',
-                 hit[0] if hit else None, 1.7, at_least=True)]
+  return [Target('ffn B=64 K=2 M=16 (4-row micro-batches), one thread per device: '
+                 'speedup vs K=1', hit[0] if hit else None, 1.7, at_least=True)]
 
 
 def RenderSpeedup(rows: List[dict]) -> str:
@@ -184,6 +187,94 @@ def RenderSpeedup(rows: List[dict]) -> str:
       [r['workload'], r['threads'], r['k'], r['m'], Fmt(r['step']),
        Fmt(r['speedup_vs_k1'], '.2f', 'x'), Fmt(r['speedup_vs_baseline'], '.2f', 'x'),
        f"{r['ideal']:.2f}x"] for r in rows])
+
+
+def FillDrainBubble(k: int, m: int) -> float:
+  """The idle share of each device in GPipe's schedule: (K-1)/(M+K-1)."""
+  return (k - 1) / (m + k - 1)
+
+
+def MeasuredBubbles(runs: List[dict]) -> List[float]:
+  """The measured bubble of every run that profiled a step (pipeline_bench
+  --timeline_dir puts the timeline's summary line under 'timeline')."""
+  found = [_MEASURED_BUBBLE.search(r.get('timeline', '')) for r in runs
+           if 'error' not in r]
+  return [float(m.group(1)) for m in found if m]
+
+
+def BubbleSpeedupRows(section: Dict[str, dict]) -> List[dict]:
+  """SpeedupRows plus the rows per micro-batch and, for profiled rows, the
+  median measured bubble against (K-1)/(M+K-1)."""
+  rows = SpeedupRows(section)
+  for row in rows:
+    entry = section[row['name']]
+    batch = Median(entry['runs'], 'batch') or entry['config'].get('batch')
+    bubbles = MeasuredBubbles(entry['runs'])
+    row['batch'] = None if batch is None else int(batch)
+    row['micro_rows'] = None if batch is None else int(batch) // row['m']
+    row['bubble'] = statistics.median(bubbles) if bubbles else None
+    row['bubble_schedule'] = FillDrainBubble(row['k'], row['m'])
+    row['bubble_ratio'] = Ratio(row['bubble'], row['bubble_schedule'])
+  return rows
+
+
+def BubbleSpeedupTargets(rows: List[dict], k: int = 2, m: int = 16) -> List[Target]:
+  """The K=2 targets at micro-batches that are not bandwidth-bound: speedup
+  at least 1.7x of K=1, measured bubble at most 1.1x of (K-1)/(M+K-1)."""
+  hit = [r for r in rows if (r['k'], r['m'], r['threads']) == (k, m, ONE_PER_DEVICE)]
+  row = hit[0] if hit else {}
+  what = f"{row.get('workload', 'ffn')} B={row.get('batch')} K={k} M={m}"
+  return [Target(f'{what}, one thread per device: speedup vs K=1',
+                 row.get('speedup_vs_k1'), 1.7, at_least=True),
+          Target(f'{what}: measured bubble / (K-1)/(M+K-1)', row.get('bubble_ratio'), 1.1)]
+
+
+def RenderBubbleSpeedup(rows: List[dict]) -> str:
+  headers = ['workload', 'batch', 'rows per micro-batch', 'K', 'M', 'step s',
+             'speedup vs K=1', 'ideal K·M/(M+K−1)', 'measured bubble',
+             '(K−1)/(M+K−1)', 'measured / schedule']
+  return MarkdownTable(headers, [
+      [r['workload'], Fmt(r['batch'], 'd'), Fmt(r['micro_rows'], 'd'), r['k'], r['m'],
+       Fmt(r['step']), Fmt(r['speedup_vs_k1'], '.2f', 'x'), f"{r['ideal']:.2f}x",
+       Fmt(r['bubble']), f"{r['bubble_schedule']:.3f}", Fmt(r['bubble_ratio'], '.2f', 'x')]
+      for r in rows])
+
+
+def CoreBoundSpeedup(k: int, m: int, cores: int) -> float:
+  """Upper bound of the speedup over one device when K one-thread devices
+  share `cores` cores: GPipe's K·M/(M+K-1) while every device has a core of
+  its own; with more devices than cores, all cores busy (other devices' work
+  can fill a device's bubble)."""
+  return IdealSpeedup(k, m) if k <= cores else float(cores)
+
+
+def Table2Rows(section: Dict[str, dict], cores: Optional[int]) -> List[dict]:
+  """Time to first step and step time per K at one M, with the throughput
+  relative to K=2 (step time of K=2 / step time: the batch is the same),
+  GPipe's ideal relative to K=2 and, given the machine's cores, the bound
+  relative to K=2 on them."""
+  steps = Medians(section, 'step_s_median')
+  firsts = Medians(section, 'first_step_s')
+  rows = []
+  for name, entry in section.items():
+    c = entry['config']
+    ref = _Find(section, workload=c['workload'], threads=c['threads'], k=2, m=c['m'])
+    rows.append(dict(
+        name=name, workload=c['workload'], k=c['k'], m=c['m'], first=firsts[name],
+        step=steps[name], throughput_vs_k2=Ratio(steps.get(ref), steps[name]),
+        ideal_vs_k2=IdealSpeedup(c['k'], c['m']) / IdealSpeedup(2, c['m']),
+        bound_vs_k2=None if not cores else (CoreBoundSpeedup(c['k'], c['m'], cores) /
+                                            CoreBoundSpeedup(2, c['m'], cores))))
+  return sorted(rows, key=lambda r: (r['workload'], r['m'], r['k']))
+
+
+def RenderTable2(rows: List[dict], cores: Optional[int]) -> str:
+  headers = ['K', 'M', 'build + first step s', 'step s', 'throughput vs K=2',
+             'ideal vs K=2 (K devices)', f'bound vs K=2 ({cores or "?"} cores)']
+  return MarkdownTable(headers, [
+      [r['k'], r['m'], Fmt(r['first'], '.1f'), Fmt(r['step']),
+       Fmt(r['throughput_vs_k2'], '.2f', 'x'), f"{r['ideal_vs_k2']:.2f}x",
+       Fmt(r['bound_vs_k2'], '.2f', 'x')] for r in rows])
 
 
 def MemoryRows(section: Dict[str, dict],

@@ -30,6 +30,7 @@ from typing import Dict, List, Optional
 from absl import app
 from absl import flags
 
+from benchmarks import analysis
 from benchmarks import runner
 
 SECTIONS = ('memory', 'bubble', 'loop')
@@ -46,8 +47,6 @@ def _DefineFlags() -> None:
   flags.DEFINE_list('bench_args', [], 'Extra pipeline_bench flags for every run.')
   flags.DEFINE_string('out_dir', str(runner.REPO_ROOT / 'docs' / 'benchmarks'),
                       'Where schedules.json and schedules.md go.')
-
-_BUBBLE = re.compile(r'bubble: measured ([0-9.]+)')
 
 
 def _Log(text: str) -> None:
@@ -108,11 +107,6 @@ def _Portable(command: str) -> str:
   temporary directory."""
   command = command.replace(sys.executable, 'python')
   return re.sub(r'--timeline_dir=\S*/', '--timeline_dir=DIR/', command)
-
-
-def _MeasuredBubbles(runs: List[dict]) -> List[float]:
-  found = [_BUBBLE.search(r.get('timeline', '')) for r in runs if 'error' not in r]
-  return [float(m.group(1)) for m in found if m]
 
 
 def _WithSetup(runs: List[dict]) -> List[dict]:
@@ -177,10 +171,10 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
     rows = []
     medians = {}
     for name, entry in bubble.items():
-      medians[name] = _Median(_MeasuredBubbles(entry['runs']))
+      medians[name] = _Median(analysis.MeasuredBubbles(entry['runs']))
       rows.append([name, runner.Fmt(medians[name], '.3f'),
                    runner.Fmt(runner.Median(entry['runs'], 'step_s_median'), '.3f'),
-                   str(len(_MeasuredBubbles(entry['runs'])))])
+                   str(len(analysis.MeasuredBubbles(entry['runs'])))])
     lines += [runner.MarkdownTable(['configuration', 'measured bubble', 's/step',
                                     'profiles'], rows), '']
     for k in BUBBLE_KS:
