@@ -65,14 +65,14 @@ _KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d
 
 @dataclasses.dataclass
 class Call:
-  """One outermost function call, or the kernels of one kept-scope kind on
-  one partition (`scope` then names the kind): who ran it and what ran."""
+  """One outermost function call (`compiled`: one run of an XLA program), or
+  the kernels of one kept micro-batch's forward or backward on one
+  partition (`scope` then names which): who ran it and what ran."""
   step: Tuple[int, int]  # step id and loop iteration of the calling executor
   partition: int  # flow id of the calling executor (one device's partition)
   events: List[Event] = dataclasses.field(default_factory=list)
   scope: Optional[str] = None
   compiled: bool = False  # an XLA program, with no per-op events
-
 
   def Span(self) -> Tuple[int, int]:
     """(first start, last end) of the call's events, in picoseconds."""
