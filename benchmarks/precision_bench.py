@@ -55,7 +55,9 @@ def DefineFlags() -> None:
 def Summary(runs: Dict[str, List[dict]], workloads: List[str],
             variants: List[str]) -> Dict[str, Dict[str, dict]]:
   """Per workload and variant: the medians of _KEYS and, for the variants
-  other than f32, their ratios to f32's."""
+  other than f32, their ratios to f32's, and the ratios of each run to the
+  f32 run of the same round (adjacent in time: runner.Alternate), None
+  where either failed."""
   out: Dict[str, Dict[str, dict]] = {}
   for w in workloads:
     out[w] = {}
@@ -65,10 +67,19 @@ def Summary(runs: Dict[str, List[dict]], workloads: List[str],
       entry: dict = dict(medians, runs=len([r for r in rows if 'error' not in r]),
                          errors=[r['error'] for r in rows if 'error' in r])
       if v != 'f32' and f'{w}/f32' in runs:
-        base = {k: runner.Median(runs[f'{w}/f32'], k) for k in _KEYS}
+        base_rows = runs[f'{w}/f32']
+        base = {k: runner.Median(base_rows, k) for k in _KEYS}
         entry['ratio_to_f32'] = {k: runner.Ratio(medians[k], base[k]) for k in _KEYS}
+        entry['pair_ratios_to_f32'] = {
+            k: [runner.Ratio(_Value(row, k), _Value(ref, k))
+                for row, ref in zip(rows, base_rows)] for k in _KEYS}
       out[w][v] = entry
   return out
+
+
+def _Value(row: dict, key: str):
+  """row[key], or None for a failed run."""
+  return None if 'error' in row else row.get(key)
 
 
 def main(argv):

@@ -3,7 +3,7 @@
 The profile is read into function calls by trace_calls (which documents
 what the trace holds). Cell calls are the outermost function calls, grouped
 by the partition (device) that made them, plus the forward and backward of
-the micro-batch a device keeps instead of recomputing, which run under
+each micro-batch a device keeps instead of recomputing, which run under
 kept-scope names instead of as calls. Of the other calls on a device, the
 ones that run the fewest distinct ops are the forwards (a backward reruns
 part of the forward and adds gradient ops). Forwards in time order are
@@ -11,7 +11,15 @@ micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
 schedule's tasks are given: then a device's forwards and backwards in time
 order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
-forward (device k+1 waits for device k).
+call (device k+1 waits for device k).
+
+Compiled cells (CellCompilation.XLA) show no ops: each compiled call is one
+XLA program run. A device with compiled calls has its calls labelled by
+position instead: its i-th call in time order runs the phase of its i-th
+task in schedule order (fill-drain: M forwards, then M backwards), which
+the control edges between a device's calls guarantee. A recomputing
+backward is an uncompiled call (its accumulator updates) around a compiled
+gradient, so it has ops; one where the schedule has a forward is rejected.
 
 In a backward call, the ops named like ops of the cell's forward are its
 recomputation: the backward function retraces the forward first, so those
@@ -23,7 +31,15 @@ Limits: the trace names no function, so cells are told apart by device,
 not by their '<cell name>_forward' names; one pipeline per step (two
 pipelines sharing devices break the fewest-ops rule); gradient ops that run
 before the last recomputed op ends count as RECOMPUTE; a trace of several
-steps (or of several iterations of a loop of steps) is rejected.
+steps (or of several iterations of a loop of steps) is rejected. Compiled
+cells: recomputation runs inside the compiled gradient, so their backward
+is one BACKWARD interval with no RECOMPUTE; an interval is the XLA
+program's run, without the call's argument handling; the order rule needs a
+device's calls in schedule order, which a device breaks only where a task
+has nothing for the next to wait on (1F1B's first cell when no input is
+differentiable: its next forward may run before its backward, mislabelling
+both if both are compiled calls); compiled calls are recognised on the CPU
+profiler of TF 2.21 (CpuExecutable), other platforms untested.
 """
 
 import dataclasses
@@ -122,8 +138,11 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   by_partition: Dict[int, List[Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)
-  cells = sorted((_SplitPhases(c) for c in by_partition.values()),
-                 key=lambda fb: fb[0][0].Span()[0])
+  # A device's first call is a forward (a backward needs its forward's
+  # outputs or output gradient): device k+1 starts after device k.
+  in_order = sorted(by_partition.values(), key=lambda cs: cs[0].Span()[0])
+  cells = [_SplitPhases(c, _DevicePhases(tasks, k, len(c)))
+           for k, c in enumerate(in_order)]
   if len({len(forwards) for forwards, _ in cells}) != 1:
     raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
                      'the cells of one pipeline step run M each.')
@@ -161,8 +180,21 @@ def _Labels(tasks: Optional[Sequence[schedule.Task]], num_devices: int,
   return labels
 
 
-def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
-  """(forward calls, backward calls) of one device, each in time order.
+def _DevicePhases(tasks: Optional[Sequence[schedule.Task]], device: int,
+                  num_calls: int) -> List[schedule.Phase]:
+  """The phases of device `device`'s tasks in schedule order; without
+  tasks, fill-drain's: num_calls // 2 forwards, then as many backwards."""
+  if tasks is None:
+    return ([schedule.Phase.FORWARD] * (num_calls // 2) +
+            [schedule.Phase.BACKWARD] * (num_calls - num_calls // 2))
+  return [t.phase for t in sorted(tasks, key=lambda t: t.clock) if t.device == device]
+
+
+def _SplitPhases(calls: List[Call], phases: Sequence[schedule.Phase]
+                 ) -> Tuple[List[Call], List[Call]]:
+  """(forward calls, backward calls) of one device, each in time order;
+  `calls` in time order, `phases` those of the device's schedule
+  (_DevicePhases).
 
   A kept micro-batch's calls say what they are by their scope. Of the
   others, a device runs as many forwards as backwards, and a forward runs
@@ -172,7 +204,12 @@ def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
   K=2 M=16 with one thread per device saw 16 to 20 in forwards, 49 to 317
   in backwards). Forward calls are not always the first ones: a last cell's
   forward whose outputs no gradient needs may run late.
+
+  Compiled calls run no ops the trace shows, so on a device with any, the
+  calls take `phases` in time order (_SplitInScheduleOrder).
   """
+  if any(c.compiled for c in calls):
+    return _SplitInScheduleOrder(calls, phases)
   forwards = [c for c in calls if c.scope == trace_calls.KEPT_FORWARD_SCOPE]
   backwards = [c for c in calls if c.scope == trace_calls.KEPT_BACKWARD_SCOPE]
   called = [c for c in calls if c.scope is None]
@@ -193,6 +230,34 @@ def _SplitPhases(calls: List[Call]) -> Tuple[List[Call], List[Call]]:
     return sorted(some, key=lambda c: c.Span()[0])
 
   return InTimeOrder(forwards), InTimeOrder(backwards)
+
+
+def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[schedule.Phase]
+                          ) -> Tuple[List[Call], List[Call]]:
+  """(forward calls, backward calls) of a device whose cells are compiled:
+  its i-th call in time order runs the phase of its i-th task, as the
+  control edges between a device's calls keep its schedule's order.
+
+  A compiled forward and the compiled backward of a micro-batch whose
+  activations the cell keeps are alike in the trace (one XLA program run
+  each); a recomputing backward is an uncompiled call with per-op events
+  (its accumulator updates) around its compiled gradient, and every
+  forward is compiled: a call that contradicts this raises.
+  """
+  if len(calls) != len(phases):
+    raise ValueError(f'A device ran {len(calls)} cell calls; its schedule has '
+                     f'{len(phases)} tasks: the trace is not one pipeline step '
+                     '(profile exactly one, with steps_per_loop=1).')
+  forwards: List[Call] = []
+  backwards: List[Call] = []
+  for i, (call, phase) in enumerate(zip(calls, phases)):
+    if phase == schedule.Phase.FORWARD and not call.compiled:
+      raise ValueError(f'Call {i} of a device with compiled cells has per-op '
+                       'events where its schedule runs a forward: its calls '
+                       'did not run in schedule order, which the timeline of '
+                       'compiled cells needs.')
+    (forwards if phase == schedule.Phase.FORWARD else backwards).append(call)
+  return forwards, backwards
 
 
 def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,

@@ -13,12 +13,24 @@ one line per thread) records no function names and no device on events:
   in an 'ExecutorState::Process' event whose 'id' is that call's step id.
 - '_Send' kernels carry 'key' = '<src device>;...;<dst device>;...', which
   names the device of the partition that sends.
+- A call of an XLA-compiled function (jit_compile) has no FunctionRun and
+  no per-op events: the PartitionedCall kernel runs the compiled program
+  itself, an event '<platform>Executable::ExecuteAsyncOnStream' (on the CPU
+  'CpuExecutable::...') nested in 'ExecutorState::ProcessAsync::Start'
+  (stat 'kernel_type': 'PartitionedCall') in the calling executor's
+  'ExecutorState::Process'. Its XLA thunks, when the profiler records them,
+  are HLO instruction names, some on other threads.
 
 A micro-batch whose activations a cell keeps runs its forward and backward
 as ops of the step's own graph, not as calls: cell_runner builds them under
 the name scopes below, which the kernels' node names carry. The gradient
 tape names most gradient ops 'gradient_tape/<forward op name>', so those of
 a kept backward may also carry the forward's scope, after 'gradient_tape/'.
+TF numbers repeated scopes ('kept_forward', 'kept_forward_1', ...) in the
+order they are built, so a device that keeps several micro-batches (1F1B's
+last cell) has one scope per micro-batch: its n-th kept backward scope is
+the backward of its n-th kept forward scope, as a cell's kept micro-batches
+are built in the same order forward and backward.
 """
 
 import dataclasses
@@ -53,12 +65,14 @@ _KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d
 
 @dataclasses.dataclass
 class Call:
-  """One outermost function call, or the kernels of one kept-scope kind on
-  one partition (`scope` then names the kind): who ran it and what ran."""
+  """One outermost function call (`compiled`: one run of an XLA program), or
+  the kernels of one kept micro-batch's forward or backward on one
+  partition (`scope` then names which): who ran it and what ran."""
   step: Tuple[int, int]  # step id and loop iteration of the calling executor
   partition: int  # flow id of the calling executor (one device's partition)
   events: List[Event] = dataclasses.field(default_factory=list)
   scope: Optional[str] = None
+  compiled: bool = False  # an XLA program, with no per-op events
 
   def Span(self) -> Tuple[int, int]:
     """(first start, last end) of the call's events, in picoseconds."""
@@ -71,6 +85,8 @@ class Call:
 
 
 _PROCESS = 'ExecutorState::Process'
+_ASYNC_START = 'ExecutorState::ProcessAsync::Start'
+_XLA_RUN_SUFFIX = 'Executable::ExecuteAsyncOnStream'
 
 
 def LoadTrace(path: str) -> Any:
@@ -139,7 +155,8 @@ def _IsOp(event: Event) -> bool:
 def OutermostCalls(events: List[Event]) -> List[Call]:
   """Function calls made by PartitionedCall ops that no such call contains
   (a pipeline's cell calls), each with every event of its executor and of
-  the calls nested in it (e.g. per-layer recomputation)."""
+  the calls nested in it (e.g. per-layer recomputation, a compiled gradient),
+  and the compiled calls (CompiledCalls) that no such call contains."""
   runs: Dict[int, Tuple[int, int, int]] = {}  # step id -> caller's step, iter, flow
   for e in events:
     caller = e.Ancestor(_PROCESS)
@@ -161,41 +178,89 @@ def OutermostCalls(events: List[Event]) -> List[Call]:
       owner = process.stats.get('id') if process else None
     if owner in runs:
       calls[Root(owner)].events.append(e)
-  return list(calls.values())
+  compiled = [c for c in CompiledCalls(events) if c.step[0] not in runs]
+  return list(calls.values()) + compiled
+
+
+def CompiledCalls(events: List[Event]) -> List[Call]:
+  """Each run of an XLA-compiled function by a PartitionedCall kernel, as a
+  Call of the executor that ran the kernel, whose one event is the run of
+  the compiled program (its span: the program's execution)."""
+  calls = []
+  for e in events:
+    start = e.parent
+    if (not e.name.endswith(_XLA_RUN_SUFFIX) or start is None or
+        start.name != _ASYNC_START or start.parent is None or
+        start.parent.name != _PROCESS):
+      continue
+    process = start.parent
+    calls.append(Call((process.stats['id'], process.stats.get('iter_num', 0)),
+                      process.stats['_c'], [e], compiled=True))
+  return calls
+
+
+def KeptScope(node_name: str) -> Optional[Tuple[str, str]]:
+  """(kind, scope segment) if the node belongs to a kept micro-batch's
+  forward or backward, else None: kind is KEPT_FORWARD_SCOPE or
+  KEPT_BACKWARD_SCOPE, the segment the first kept scope in the name (e.g.
+  'kept_forward_2'; a gradient op 'gradient_tape/kept_forward_2/...' is of
+  kind KEPT_BACKWARD_SCOPE with segment 'kept_forward_2')."""
+  scopes = node_name.split('/')[:-1]
+  for i, segment in enumerate(scopes):
+    match = _KEPT_SEGMENT.fullmatch(segment)
+    if match:
+      kind = (KEPT_BACKWARD_SCOPE if 'gradient_tape' in scopes[:i]
+              else match.group(1))
+      return kind, segment
+  return None
 
 
 def KeptScopeKind(node_name: str) -> Optional[str]:
   """KEPT_FORWARD_SCOPE or KEPT_BACKWARD_SCOPE if the node belongs to a kept
   micro-batch's forward or backward, else None."""
-  scopes = node_name.split('/')[:-1]
-  for i, segment in enumerate(scopes):
-    match = _KEPT_SEGMENT.fullmatch(segment)
-    if match:
-      return (KEPT_BACKWARD_SCOPE if 'gradient_tape' in scopes[:i]
-              else match.group(1))
-  return None
+  kept = KeptScope(node_name)
+  return kept[0] if kept else None
+
+
+def _ScopeNumber(segment: str) -> int:
+  """The number TF appended to a repeated scope: 'kept_forward' 0,
+  'kept_forward_3' 3."""
+  _, _, number = segment.rpartition('_')
+  return int(number) if number.isdigit() else 0
 
 
 def KeptScopeCalls(events: List[Event]) -> List[Call]:
-  """Per step (and loop iteration), partition and kept-scope kind
-  (KEPT_FORWARD_SCOPE, KEPT_BACKWARD_SCOPE), the kernels the partition's own
-  executor ran under such a scope, as one Call with `scope` set; transfers
-  (_Send, _Recv) left out."""
-  calls: Dict[Tuple[Tuple[int, int], int, str], Call] = {}
+  """Per step (and loop iteration), partition and kept micro-batch, the
+  kernels the partition's own executor ran for its forward and for its
+  backward, each as one Call with `scope` set (KEPT_FORWARD_SCOPE,
+  KEPT_BACKWARD_SCOPE); transfers (_Send, _Recv) left out. A partition's
+  n-th kept backward scope joins the backward of its n-th kept forward
+  scope (see the module docstring)."""
+  groups: Dict[Tuple[Tuple[int, int], int, str, str], List[Event]] = {}
   for e in events:
     if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
       continue  # transfers also run in the dead last iteration of a loop
-    kind = KeptScopeKind(e.name.split(':')[0])
-    if kind is None:
-      continue
+    kept = KeptScope(e.name.split(':')[0])
     process = e.parent
-    if process is None:
+    if kept is None or process is None:
       continue
     step = (process.stats['id'], process.stats.get('iter_num', 0))
-    key = (step, process.stats['_c'], kind)
-    if key not in calls:
-      calls[key] = Call(step, process.stats['_c'], scope=kind)
-    calls[key].events.append(e)
+    groups.setdefault((step, process.stats['_c']) + kept, []).append(e)
+  segments: Dict[Tuple[Tuple[int, int], int, bool], List[str]] = {}
+  for step, partition, _, segment in groups:
+    own = segments.setdefault(
+        (step, partition, segment.startswith(KEPT_BACKWARD_SCOPE)), [])
+    if segment not in own:
+      own.append(segment)
+  calls: Dict[Tuple[Tuple[int, int], int, str, str], Call] = {}
+  for (step, partition, kind, segment), ops in groups.items():
+    if segment.startswith(KEPT_BACKWARD_SCOPE):
+      # The n-th kept backward scope -> the n-th kept forward scope.
+      n = sorted(segments[(step, partition, True)], key=_ScopeNumber).index(segment)
+      forwards = sorted(segments.get((step, partition, False), []), key=_ScopeNumber)
+      segment = forwards[n] if n < len(forwards) else segment
+    key = (step, partition, kind, segment)
+    calls.setdefault(key, Call(step, partition, scope=kind)).events.extend(ops)
   return list(calls.values())
 
 

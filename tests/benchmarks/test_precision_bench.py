@@ -21,6 +21,10 @@ def test_summary_medians_and_ratios_to_f32():
   assert bf16['runs'] == 2 and bf16['errors'] == ['timeout after 5 s']
   assert bf16['ratio_to_f32'] == pytest.approx(
       dict(step_s_median=0.5, bfc_peak_bytes=0.6, first_step_s=0.5))
+  # Round by round: bf16's first run against f32's first, and so on.
+  assert bf16['pair_ratios_to_f32'] == dict(
+      step_s_median=[1.0, 1 / 3], bfc_peak_bytes=[0.5, 0.7],
+      first_step_s=[1.0, 1 / 3])
 
 
 def test_every_variant_and_workload_is_a_pipeline_bench_flag_set():
