@@ -5,6 +5,7 @@ from typing import Any, Optional, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import float32_islands
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import precision
@@ -76,7 +77,9 @@ class MultiHeadedAttention(base_layer.BaseLayer):
 
     Projections and products run in the compute dtype (fprop_dtype; the
     inputs are cast to it); the softmax over the logits runs in float32
-    (core/precision) and its probabilities are cast back.
+    (core/precision) and its probabilities are cast back, and under a
+    reduced compute dtype the backward recomputes it from the logits
+    (float32_islands) instead of keeping its float32 output.
     """
     p = self.params
     _CheckLastDim(p, query_vec=query_vec.shape, key_vec=key_vec.shape,
@@ -93,10 +96,15 @@ class MultiHeadedAttention(base_layer.BaseLayer):
     q *= (h // p.num_heads)**-0.5
     logits = tf.einsum('btnh,bsnh->bnts', q, k)
     allowed = _AllowedMask(paddings, causal, shapes.Dim(q, 1), shapes.Dim(k, 1))
-    logits = precision.Float32(logits)
-    if allowed is not None:
-      logits = tf.where(allowed, logits, -0.7 * logits.dtype.max)
-    probs = tf.cast(tf.nn.softmax(logits, axis=-1), dtype)
+
+    def Probabilities(logits):
+      logits = precision.Float32(logits)
+      if allowed is not None:
+        logits = tf.where(allowed, logits, -0.7 * logits.dtype.max)
+      return tf.cast(tf.nn.softmax(logits, axis=-1), dtype)
+
+    probs = (float32_islands.Island(Probabilities, logits) if precision.IsReduced(dtype)
+             else Probabilities(logits))
     context = tf.einsum('bnts,bsnh->btnh', probs, v)
     context = tf.reshape(context, [shapes.Dim(context, 0), shapes.Dim(context, 1), h])
     return _Project(context, theta.post_w, theta.post_b), probs

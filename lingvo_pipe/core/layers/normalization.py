@@ -5,6 +5,7 @@ from typing import Any, List, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import float32_islands
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import precision
@@ -57,17 +58,21 @@ def _CheckInputShape(params: hyperparams.Params, dim_key: str,
 
 
 def _NormMeta(params: hyperparams.Params, shape: tf.TensorShape,
-              num_params: int, num_stats: int) -> layer_meta.LayerMeta:
+              num_params: int, num_stats: int,
+              island: bool = False) -> layer_meta.LayerMeta:
   """Metadata of a normalization of `shape` with `num_stats` means (and as
   many inverse standard deviations): act_bytes counts the output, the
   centered input and those statistics, what the backward pass needs: the
   output in the compute dtype, the rest float32 (core/precision) and, with
-  a reduced compute dtype, the float32 copy of the input."""
+  a reduced compute dtype, the float32 copy of the input; or, for an
+  `island` (float32_islands, under a reduced compute dtype), the input and
+  the output in the compute dtype, the backward recomputing the rest."""
   n = layer_meta.NumElements(shape)
   size = tf.as_dtype(params.dtype).size
-  act_bytes = n * precision.ComputeDtype(params).size + (n + 2 * num_stats) * size
+  compute_size = precision.ComputeDtype(params).size
+  act_bytes = n * compute_size + (n + 2 * num_stats) * size
   if precision.IsReduced(params.fprop_dtype):
-    act_bytes += n * size
+    act_bytes = 2 * n * compute_size if island else act_bytes + n * size
   return layer_meta.LayerMeta(
       out_shapes=(shape,), flops=_FLOPS_PER_ELEMENT * n,
       param_bytes=num_params * size, act_bytes=act_bytes)
@@ -112,11 +117,17 @@ class LayerNorm(base_layer.BaseLayer):
     """
     _CheckInputShape(self.params, 'input_dim', inputs.shape)
     dtype = self.ThetaDtype('scale')
-    x = precision.CastFloat(inputs, dtype)
-    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    y = _Normalize(x, mean, variance, precision.CastFloat(theta.scale, dtype),
-                   precision.CastFloat(theta.bias, dtype), self.params.epsilon)
-    return precision.CastFloat(y, self.fprop_dtype)
+
+    def Normalized(inputs, scale, bias):
+      x = precision.CastFloat(inputs, dtype)
+      mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+      y = _Normalize(x, mean, variance, precision.CastFloat(scale, dtype),
+                     precision.CastFloat(bias, dtype), self.params.epsilon)
+      return precision.CastFloat(y, self.fprop_dtype)
+
+    if precision.IsReduced(self.fprop_dtype):
+      return float32_islands.Island(Normalized, inputs, theta.scale, theta.bias)
+    return Normalized(inputs, theta.scale, theta.bias)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
@@ -124,7 +135,7 @@ class LayerNorm(base_layer.BaseLayer):
     _CheckParams(params, 'input_dim')
     shape = _CheckInputShape(params, 'input_dim', input_shape)
     rows = layer_meta.NumElements(shape) // params.input_dim
-    return _NormMeta(params, shape, 2 * params.input_dim, rows)
+    return _NormMeta(params, shape, 2 * params.input_dim, rows, island=True)
 
 
 class BatchNormLayer(base_layer.BaseLayer):
