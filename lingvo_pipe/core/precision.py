@@ -22,7 +22,9 @@ result beyond rounding:
   (1 - decay) = 1e-3 of their value, which bfloat16 would round away.
 
 Those layers compute in float32 and return their outputs in the compute
-dtype. A pipeline casts each cell's weights once per step, on the cell's
+dtype; under a reduced compute dtype the layer norm and the attention
+softmax keep only their reduced inputs for the backward, which recomputes
+their float32 part (core/float32_islands). A pipeline casts each cell's weights once per step, on the cell's
 device, with `CastTheta`; the layers' own casts are then no-ops.
 """
 
