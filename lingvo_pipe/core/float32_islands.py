@@ -29,13 +29,18 @@ def Island(fn: Callable[..., tf.Tensor], *inputs: tf.Tensor) -> tf.Tensor:
   @tf.custom_gradient
   def Kept(*xs: tf.Tensor):
     def Grad(dy: tf.Tensor) -> List[Optional[tf.Tensor]]:
-      floating = [x for x in xs if x.dtype.is_floating]
+      # Inputs read after dy exists: the recomputation is not the same
+      # nodes as the forward, so the graph optimizer cannot merge the two
+      # and keep the forward's float32 intermediates after all.
+      with tf.control_dependencies([dy]):
+        again = [tf.identity(x) for x in xs]
+      floating = [x for x in again if x.dtype.is_floating]
       with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(floating)
-        y = fn(*xs)
+        y = fn(*again)
       grads = iter(tape.gradient(y, floating, output_gradients=dy,
                                  unconnected_gradients=tf.UnconnectedGradients.ZERO))
-      return [next(grads) if x.dtype.is_floating else None for x in xs]
+      return [next(grads) if x.dtype.is_floating else None for x in again]
 
     return fn(*xs), Grad
 
