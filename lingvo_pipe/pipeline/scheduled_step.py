@@ -157,8 +157,15 @@ def RunStep(runners: Sequence[cell_runner.CellRunner], devices: Sequence[str],
                                   for x, g in zip(tf.nest.flatten(done.inputs), dx)]
     else:
       input_grads[m] = dx
-  theta_grads = [runner.gradients.StepGradients(forwards[(k, 0)].theta)
-                 for k, runner in enumerate(runners)]
+  # A cell's step gradients (its deferred weight-gradient products) wait
+  # for its device's last task: a device whose cells end at different
+  # times (interleaved) runs its remaining backwards first, as the next
+  # device waits on them, and the products after.
+  device_of = {t.cell: t.device for t in tasks}
+  theta_grads = []
+  for k, runner in enumerate(runners):
+    with tf.control_dependencies(previous.get(device_of[k], [])):
+      theta_grads.append(runner.gradients.StepGradients(forwards[(k, 0)].theta))
   with tf.device(runners[last].device):
     total = tf.add_n(losses)
   summed = []
