@@ -26,6 +26,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import deferred_grads
+from lingvo_pipe.pipeline import scope_names
 
 
 class GradSink(enum.Enum):
@@ -154,7 +155,7 @@ class CellGradients:
     are ordered after it."""
     weights = iter(range(len(self._accumulators)))
     grads: List[Optional[tf.Tensor]] = []
-    with tf.device(self._device):
+    with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
       for x in tf.nest.flatten(theta):
         if not IsDifferentiable(x):
           grads.append(None)

@@ -2,8 +2,12 @@
 
 A kept forward (and its backward) is inlined into the step instead of
 being called as a traced function; its ops carry these scopes, by which
-the profiler tells them apart from the cells' function calls.
+the profiler tells them apart from the cells' function calls. So do a
+cell's step gradients after its last backward (accumulator reads and the
+deferred weight-gradient products: CellGradients.StepGradients), work of
+its device that the timeline counts as busy.
 """
 
 KEPT_FORWARD_SCOPE = 'kept_forward'
 KEPT_BACKWARD_SCOPE = 'kept_backward'
+WEIGHT_GRADIENTS_SCOPE = 'step_weight_gradients'

@@ -11,7 +11,11 @@ micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
 schedule's tasks are given: then a device's forwards and backwards in time
 order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
-call (device k+1 waits for device k).
+call (device k+1 waits for device k). A device's step gradients after its
+last backward (accumulator reads and deferred weight-gradient products,
+under scope_names.WEIGHT_GRADIENTS_SCOPE) are one more interval,
+WEIGHT_GRADIENTS, from their first op to their last: that work keeps the
+device busy, so the bubble does not count it as idle.
 
 Compiled cells (CellCompilation.XLA) show no ops: each compiled call is one
 XLA program run. A device with compiled calls has its calls labelled by
@@ -58,10 +62,13 @@ from lingvo_pipe.profiling.trace_calls import LoadTrace  # part of this module's
 
 
 class Phase(enum.Enum):
-  """What a device does for one (cell, micro-batch)."""
+  """What a device does for one (cell, micro-batch), or, WEIGHT_GRADIENTS,
+  for its cells' step gradients after their last backward (micro-batch
+  -1)."""
   FORWARD = 'forward'
   RECOMPUTE = 'recompute'
   BACKWARD = 'backward'
+  WEIGHT_GRADIENTS = 'weight_gradients'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +124,10 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
 
   Returns:
     Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
-    by a RECOMPUTE one when the backward reran forward ops; times in
-    microseconds from the start of the first cell call.
+    by a RECOMPUTE one when the backward reran forward ops; per device a
+    WEIGHT_GRADIENTS interval (micro-batch -1, on the device's first cell)
+    when the trace has its step gradients; times in microseconds from the
+    start of the first cell call.
 
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
@@ -150,9 +159,17 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   origin = min(c.Span()[0] for c in calls)
   labels = _Labels(tasks, len(cells), len(cells[0][0]))
   intervals: List[Interval] = []
+  first_cell = {}  # partition -> its device's first cell
   for k, (forwards, backwards) in enumerate(cells):
     device = devices.get(forwards[0].partition, f'partition {k}')
     intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
+    first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
+  for call in trace_calls.WeightGradientCalls(events):
+    if call.partition in first_cell and call.step in steps:
+      cell, device = first_cell[call.partition]
+      start, end = call.Span()
+      intervals.append(Interval(cell, device, -1, Phase.WEIGHT_GRADIENTS,
+                                (start - origin) / 1e6, (end - origin) / 1e6))
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
@@ -290,13 +307,13 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
 def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
   """(K, M) of the step the intervals come from."""
   cells = {i.cell for i in intervals}
-  micro = {i.micro_batch for i in intervals}
+  micro = {i.micro_batch for i in intervals if i.phase != Phase.WEIGHT_GRADIENTS}
   return len(cells), len(micro)
 
 
 def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
-  """Per device, its busy share between the first call's start and the last
-  call's end (overlapping intervals count once)."""
+  """Per device, its busy share between the first interval's start and the
+  last interval's end (overlapping intervals count once)."""
   if not intervals:
     raise ValueError('No intervals: nothing to measure a bubble on.')
   start = min(i.start_us for i in intervals)
@@ -315,8 +332,8 @@ def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
 
 
 def BubbleFraction(intervals: Sequence[Interval]) -> float:
-  """Idle share of the cells' devices between the first call's start and the
-  last call's end: 1 - busy time / (K * span)."""
+  """Idle share of the cells' devices between the first interval's start
+  and the last interval's end: 1 - busy time / (K * span)."""
   busy = BusyFractions(intervals)
   return 1.0 - sum(busy.values()) / len(busy)
 
@@ -335,6 +352,13 @@ def Summary(intervals: Sequence[Interval],
           f'{schedule.MeasuredBubble(tasks):.3f}')
 
 
+def _EventName(interval: Interval) -> str:
+  """'F3', 'R3', 'B3' (phase and micro-batch), or 'W' for weight gradients."""
+  if interval.phase == Phase.WEIGHT_GRADIENTS:
+    return 'W'
+  return f'{interval.phase.value[0].upper()}{interval.micro_batch}'
+
+
 def WriteChromeTrace(intervals: Sequence[Interval], path: str,
                      tasks: Optional[Sequence[schedule.Task]] = None) -> None:
   """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
@@ -344,7 +368,7 @@ def WriteChromeTrace(intervals: Sequence[Interval], path: str,
                        args=dict(name=f'cell_{cell} ({device})')))
   for i in intervals:
     events.append(dict(
-        ph='X', name=f'{i.phase.value[0].upper()}{i.micro_batch}', cat=i.phase.value,
+        ph='X', name=_EventName(i), cat=i.phase.value,
         ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
         args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
   with open(path, 'w') as f:
@@ -360,7 +384,8 @@ def WriteGantt(intervals: Sequence[Interval], path: str,
   from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
   devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
   bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
-                    '' if i.phase == Phase.RECOMPUTE else str(i.micro_batch))
+                    {Phase.RECOMPUTE: '', Phase.WEIGHT_GRADIENTS: 'W'}.get(
+                        i.phase, str(i.micro_batch)))
           for i in intervals]
   gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
              title=f'Pipeline step timeline: {Summary(intervals, tasks)}',

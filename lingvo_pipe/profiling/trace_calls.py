@@ -61,6 +61,8 @@ KEPT_FORWARD_SCOPE = scope_names.KEPT_FORWARD_SCOPE
 KEPT_BACKWARD_SCOPE = scope_names.KEPT_BACKWARD_SCOPE
 # A name scope segment naming one of those scopes (TF may append _N).
 _KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d+)?')
+WEIGHT_GRADIENTS_SCOPE = scope_names.WEIGHT_GRADIENTS_SCOPE
+_WEIGHT_GRADIENTS_SEGMENT = re.compile(rf'{WEIGHT_GRADIENTS_SCOPE}(?:_\d+)?')
 
 
 @dataclasses.dataclass
@@ -227,6 +229,24 @@ def _ScopeNumber(segment: str) -> int:
   'kept_forward_3' 3."""
   _, _, number = segment.rpartition('_')
   return int(number) if number.isdigit() else 0
+
+
+def WeightGradientCalls(events: List[Event]) -> List[Call]:
+  """Per step (and loop iteration) and partition, the kernels its own
+  executor ran under WEIGHT_GRADIENTS_SCOPE (a cell's step gradients after
+  its last backward), as one Call with `scope` set; transfers left out."""
+  calls: Dict[Tuple[Tuple[int, int], int], Call] = {}
+  for e in events:
+    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
+      continue
+    scopes = e.name.split(':')[0].split('/')[:-1]
+    process = e.parent
+    if process is None or not any(_WEIGHT_GRADIENTS_SEGMENT.fullmatch(s) for s in scopes):
+      continue
+    step = (process.stats['id'], process.stats.get('iter_num', 0))
+    key = (step, process.stats['_c'])
+    calls.setdefault(key, Call(step, key[1], scope=WEIGHT_GRADIENTS_SCOPE)).events.append(e)
+  return list(calls.values())
 
 
 def KeptScopeCalls(events: List[Event]) -> List[Call]:

@@ -19,6 +19,9 @@ from lingvo_pipe.profiling.timeline import Phase
 
 FIXTURE = str(pathlib.Path(__file__).parent / 'testdata' / 'gpipe_k4_m4.xplane.pb')
 K, M = 4, 4
+# The phases of a (cell, micro-batch); the fixture was recorded before the
+# step gradients had a scope of their own, so it has no WEIGHT_GRADIENTS.
+CELL_PHASES = (Phase.FORWARD, Phase.RECOMPUTE, Phase.BACKWARD)
 
 
 @pytest.fixture(scope='module')
@@ -28,7 +31,7 @@ def intervals():
 
 def test_every_cell_micro_batch_and_phase_once(intervals):
   found = collections.Counter((i.cell, i.micro_batch, i.phase) for i in intervals)
-  assert set(found) == {(k, m, p) for k in range(K) for m in range(M) for p in Phase}
+  assert set(found) == {(k, m, p) for k in range(K) for m in range(M) for p in CELL_PHASES}
   assert set(found.values()) == {1}
   assert timeline.NumCellsAndMicroBatches(intervals) == (K, M)
 
@@ -96,7 +99,7 @@ def test_chrome_trace_schema(intervals, tmp_path):
   with open(path) as f:
     events = json.load(f)['traceEvents']
   spans = [e for e in events if e['ph'] == 'X']
-  assert len(spans) == len(intervals) == K * M * len(Phase)
+  assert len(spans) == len(intervals) == K * M * len(CELL_PHASES)
   assert sorted((e['tid'], e['args']['micro_batch'], e['cat'], e['ts'], e['dur'])
                 for e in spans) == sorted(
                     (i.cell, i.micro_batch, i.phase.value, i.start_us, i.end_us - i.start_us)
@@ -154,8 +157,15 @@ def test_profile_of_a_live_step(tmp_path):
   assert os.path.exists(tmp_path / 'timeline.json')
   assert os.path.exists(tmp_path / 'timeline.png')
   # Micro-batch 1, the last, keeps its activations: its forward and backward
-  # run as kept-scope ops, not calls, and nothing recomputes it.
+  # run as kept-scope ops, not calls, and nothing recomputes it. Each
+  # device's step gradients come after its last backward starts.
   one = timeline.ProfileIntervals(Step, str(tmp_path / 'one'), warmup=0)
+  weights = [i for i in one if i.phase == timeline.Phase.WEIGHT_GRADIENTS]
+  assert sorted(i.cell for i in weights) == [0, 1] and {i.micro_batch for i in weights} == {-1}
+  for w in weights:
+    assert w.start_us >= max(i.start_us for i in one if i.cell == w.cell
+                             and i.phase == timeline.Phase.BACKWARD)
+  assert timeline.NumCellsAndMicroBatches(one) == (2, 2)
   for cell in (0, 1):
     phases = {(i.micro_batch, i.phase): i for i in one if i.cell == cell}
     assert set(phases) >= {(m, p) for m in (0, 1) for p in (timeline.Phase.FORWARD,

@@ -13,8 +13,8 @@ def test_profile_mode_writes_the_timeline(tmp_path):
   with open(tmp_path / 'timeline.json') as f:
     spans = [e for e in json.load(f)['traceEvents'] if e['ph'] == 'X']
   assert {(e['tid'], e['args']['micro_batch']) for e in spans} == {
-      (k, m) for k in range(2) for m in range(2)}
-  assert {e['cat'] for e in spans} >= {'forward', 'backward'}
+      (k, m) for k in range(2) for m in (-1, 0, 1)}  # -1: step weight gradients
+  assert {e['cat'] for e in spans} >= {'forward', 'backward', 'weight_gradients'}
   with open(tmp_path / 'timeline.png', 'rb') as f:
     assert f.read(4) == b'\x89PNG'
   _CheckSummaries(tmp_path / 'profile')
