@@ -5,6 +5,7 @@ with M, and 1F1B's rings hold its micro-batches in flight, not M."""
 import pytest
 import tensorflow as tf
 
+from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import scheduled_loop
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.schedule import ScheduleKind
@@ -39,3 +40,104 @@ def test_one_f_one_b_convnet_with_batch_norm_and_dropout(k, m):
   for path, (mean, var) in expected.items():
     transparency.AssertClose(variables[f'{path}/moving_mean:0'], mean)
     transparency.AssertClose(variables[f'{path}/moving_variance:0'], var)
+
+
+@pytest.mark.parametrize('k,m', [(2, 4), pytest.param(4, 8, marks=pytest.mark.slow)])
+def test_one_f_one_b_transformer_stack_with_dropout(k, m):
+  """Integer ids and labels ride along with the activations."""
+  pipe = models.TransformerStackPipeline(k, m, schedule=ONE_F, loop_min_micro_batches=2)
+  _Check(pipe, models.TransformerInputs(seed=k * 100 + m), m)
+
+
+@pytest.mark.parametrize('v,k,m', [
+    (2, 2, 4), (3, 2, 4), (2, 1, 2),
+    pytest.param(2, 4, 8, marks=pytest.mark.slow),
+    pytest.param(3, 2, 8, marks=pytest.mark.slow)])
+def test_interleaved_convnet_with_batch_norm_and_dropout(v, k, m):
+  """K*v cells, cell j on device j mod K: a device's switch picks among
+  the forwards and backwards of its v cells."""
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe = _LoopPipeline(layers, shape, k * v, m, schedule=ScheduleKind.INTERLEAVED,
+                       cells_per_device=v)
+  assert pipe.num_devices == k
+  _Check(pipe, (tf.random.stateless_normal(shape, [k, m]),), m)
+
+
+@pytest.mark.parametrize('remat', [gpipe.RematPolicy.NONE, pytest.param(
+    gpipe.RematPolicy.PER_LAYER, marks=pytest.mark.slow)])
+def test_other_remat_policies(remat):
+  """NONE recomputes in the loop too; PER_LAYER recomputes per layer."""
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe = _LoopPipeline(layers, shape, 2, 4, schedule=ONE_F, remat=remat)
+  _Check(pipe, (tf.random.stateless_normal(shape, [5, 6]),), 4)
+
+
+def test_fill_drain_through_the_loss_inside_loop():
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe = _LoopPipeline(layers, shape, 2, 4, schedule=ScheduleKind.GPIPE)
+  _Check(pipe, (tf.random.stateless_normal(shape, [2, 4]),), 4)
+
+
+def _Nodes(pipe, shape, m):
+  """Nodes of the traced step and its functions' bodies."""
+  graph_def = models.TrainStepWithLoss(pipe, 0, m).get_concrete_function(
+      tf.TensorSpec(shape)).graph.as_graph_def()
+  return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+
+
+@pytest.mark.parametrize('kind,v', [(ONE_F, 1), (ScheduleKind.INTERLEAVED, 2)])
+def test_step_graph_does_not_grow_with_m(kind, v):
+  """Every op of the step, not just the cell calls: micro-batches enter and
+  leave the loop as one gather per tensor, so M=16 holds as many ops as
+  M=4 (fewer than the unrolled step at M=4)."""
+  layers, shape = models.FfnLayers(dim=64)
+
+  def Ops(m, loop):
+    pipe = models.Pipeline(layers, shape, 2 * v, m, loop_min_micro_batches=loop,
+                           schedule=kind, cells_per_device=v)
+    nodes = _Nodes(pipe, shape, m)
+    assert any(n.op == 'While' for n in nodes) == bool(loop)
+    return len([n for n in nodes if n.op != 'Const'])
+
+  looped = [Ops(m, 2) for m in (4, 16)]
+  assert looped[0] == looped[1], looped
+  assert Ops(4, 0) > looped[0]
+
+
+def test_below_the_switch_point_the_step_is_unrolled():
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=8, schedule=ONE_F)
+  assert not any(n.op == 'While' for n in _Nodes(pipe, shape, 4))
+
+
+def test_each_clock_runs_on_the_cells_devices():
+  """Inside the loop body, every switch, micro-batch gather and array
+  read and write is placed on a cell's device."""
+  layers, shape = models.FfnLayers(dim=64)
+  pipe = _LoopPipeline(layers, shape, 2, 4, schedule=ONE_F)
+  graph_def = models.TrainStepWithLoss(pipe, 0, 4).get_concrete_function(
+      tf.TensorSpec(shape)).graph.as_graph_def()
+  bodies = [f for f in graph_def.library.function if '_body_' in f.signature.name]
+  assert len(bodies) == 1, [f.signature.name for f in bodies]
+  placed = ('TensorListGetItem', 'TensorListSetItem', 'GatherV2', 'Case', 'StatelessCase')
+  ops = [(n.op, n.device) for n in bodies[0].node_def if n.op in placed]
+  assert {device.split(':')[-1] for _, device in ops if device} == {'0', '1'}, ops
+  assert all(device for _, device in ops), [op for op, device in ops if not device]
+
+
+def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
+  """1F1B K=4 M=16: each boundary's ring holds at most K micro-batches (the
+  ones in flight), not M; fill-drain's activations need all M."""
+  rings = scheduled_loop.RingDepths(schedule.Tasks(ONE_F, 4, 16))
+  assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
+  assert rings.loss_gradients == 1, rings
+  fill_drain = scheduled_loop.RingDepths(schedule.Tasks(ScheduleKind.GPIPE, 4, 16))
+  assert fill_drain.activations == [16] * 3, fill_drain
+
+
+def test_ring_depth_is_the_smallest_without_overwrite():
+  # Micro-batch m written at clock m, last read at clock m + 2: the write
+  # of m + 3 (clock m + 3) is the first after it.
+  assert scheduled_loop.RingDepth([0, 1, 2, 3, 4], [2, 3, 4, 5, 6]) == 3
+  assert scheduled_loop.RingDepth([0, 2, 4], [1, 3, 5]) == 1
+  assert scheduled_loop.RingDepth([0, 1], [5, 6]) == 2
