@@ -22,10 +22,11 @@ The last cell's outputs and the input gradients are M-sized arrays (with
 a spare slot too), gathered out once.
 
 Every micro-batch is recomputed in its backward (RematPolicy.PER_LAYER per
-layer, every other policy the cell whole), weight gradients are added into
-the cells' accumulators (CellGradients.StartLoopStep), and no weight
-gradient is deferred (deferred_grads): each backward takes its weights'
-gradients whole. Batch-norm statistics are summed in loop variables.
+layer, every other policy the cell whole) and weight gradients are added
+into the cells' accumulators (CellGradients.StartLoopStep); under PER_CELL
+the projections' deferred factor pairs (deferred_grads) leave the loop in
+M-sized TensorArrays per cell, as in tick_loop, and each weight takes one
+product after it. Batch-norm statistics are summed in loop variables.
 Dropout masks take the step seed [s0, s1 + m] of micro-batch m, as in the
 unrolled step. The loss function is traced once: it must be a function of
 its micro-batch's outputs (and of tensors computed before the pipeline).
@@ -117,6 +118,13 @@ def _WriteSlots(num_clocks: int, writes: Sequence[int], depth: int) -> tf.Tensor
   return tf.constant(slots)
 
 
+def _Rows(array: tf.TensorArray, indices: List[int]) -> tf.Tensor:
+  """The 2-D factors at `indices`, their rows concatenated in that order
+  (one gather, whatever the number of indices)."""
+  stacked = array.gather(indices)
+  return tf.reshape(stacked, [-1, stacked.shape[-1]])
+
+
 class ScheduledLoop:
   """The training step of schedule.Tasks as one while loop (module
   docstring).
@@ -144,8 +152,8 @@ class ScheduledLoop:
     self._num_cells = len(runners)
     self._input_struct = micro_inputs[0]
     self._decision = remat.Decision(
-        record=False, inline=False,
-        per_layer=policy == remat.RematPolicy.PER_LAYER, defer=False)
+        record=False, inline=False, per_layer=policy == remat.RematPolicy.PER_LAYER,
+        defer=policy == remat.RematPolicy.PER_CELL)
     self._clock = _Clocks(tasks)
     self._num_clocks = max(t.clock for t in tasks) + 1
     self._rings = RingDepths(tasks)
@@ -196,6 +204,32 @@ class ScheduledLoop:
     return tf.nest.pack_sequence_as(self._out_structs[j - 1],
                                     [a.read(slot) for a in acts[j - 1]])
 
+  def _FactorLayouts(self, in_specs: List[List[tf.TensorSpec]],
+                     out_specs: List[List[tf.TensorSpec]]
+                     ) -> List[List[Tuple[int, List[tf.TensorSpec]]]]:
+    """Per cell, the weight gradients its backward defers: (weight index,
+    specs of its flat factor pairs), from a throwaway trace of one backward
+    per cell (the functions the loop then calls, traced once)."""
+    indices: List[List[int]] = []  # per cell, its deferring weights
+
+    def Probe():
+      layouts = []
+      for j, runner in enumerate(self._runners):
+        m = tf.constant(0)
+        x = tf.nest.pack_sequence_as(self._input_struct if j == 0 else
+                                     self._out_structs[j - 1], _Zeros(in_specs[j]))
+        dy = tf.nest.pack_sequence_as(self._out_structs[j], _Zeros(out_specs[j]))
+        runner.Backward(MicroTheta(self._thetas[j], m), x, dy, self._decision,
+                        self._num_micro)
+        factors = runner.gradients.TakeFactors()
+        indices.append(sorted(factors))
+        layouts.append([[f for pair in factors[i] for f in pair] for i in sorted(factors)])
+      return layouts
+
+    traced = tf.function(Probe, autograph=False).get_concrete_function()
+    return [[(i, _Specs(flat)) for i, flat in zip(cell_indices, cell)]
+            for cell_indices, cell in zip(indices, traced.structured_outputs)]
+
   def Run(self) -> scheduled_step.StepResult:
     """Runs the loop: the StepResult, theta gradients read from the cells'
     accumulators after it."""
@@ -220,6 +254,11 @@ class ScheduledLoop:
     dy_slots = _WriteSlots(self._num_clocks, self._Writes(fwd, last), rings.loss_gradients)
     out_slots = _WriteSlots(self._num_clocks, self._Writes(fwd, last), num_micro)
     in_slots = _WriteSlots(self._num_clocks, self._Writes(bwd, 0), num_micro)
+    layouts = self._FactorLayouts(in_specs, out_specs)
+    factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
+    factors = [_Arrays(specs, num_micro + 1) for specs in factor_specs]
+    factor_slots = [_WriteSlots(self._num_clocks, self._Writes(bwd, j), num_micro)
+                    for j in range(self._num_cells)]
     sums = [_Zeros(s) for s in upd_specs]
     with tf.device(self._runners[last].device):
       loss = tf.zeros([], self._loss_spec.dtype)
@@ -237,7 +276,8 @@ class ScheduledLoop:
         return result
 
     def Backward(j, m, acts, grads, dys):
-      """Cell j's backward of micro-batch m: the flat input gradients."""
+      """Cell j's backward of micro-batch m: the flat input gradients, then
+      its deferred factors, flat."""
       with tf.device(self._runners[j].device):
         x = self._Inputs(j, m, acts)
         ring, depth = (dys, rings.loss_gradients) if j == last else (
@@ -246,18 +286,21 @@ class ScheduledLoop:
                                       [a.read(m % depth) for a in ring])
         dx = self._runners[j].Backward(MicroTheta(self._thetas[j], m), x, dy,
                                        self._decision, num_micro)
+        factors = self._runners[j].gradients.TakeFactors()
         return [tf.zeros_like(v) if g is None else g
-                for v, g in zip(tf.nest.flatten(x), dx)]
+                for v, g in zip(tf.nest.flatten(x), dx)] + [
+                    f for i in sorted(factors) for pair in factors[i] for f in pair]
 
     def Parts(j):
       """Specs of the pieces of cell j in its device's branch results."""
       forward = out_specs[j] + upd_specs[j] + (
           [self._loss_spec] + out_specs[j] if j == last else [])
-      return forward, in_specs[j]
+      return forward, in_specs[j] + factor_specs[j]
 
-    def Body(t, acts, grads, dys, outs, d_inputs, sums, loss):
+    def Body(t, acts, grads, dys, outs, d_inputs, factors, sums, loss):
       # The branches read the arrays as they were at the start of the clock.
       new_acts, new_grads, new_sums = list(acts), list(grads), list(sums)
+      new_factors = list(factors)
       new_dys, new_outs, new_d_inputs, new_loss = dys, outs, d_inputs, loss
       for d, cells in enumerate(self._cells_on):
         with tf.device(self._devices[d]):
@@ -288,7 +331,10 @@ class ScheduledLoop:
             start += len(specs)
         for place, j in enumerate(cells):
           with tf.device(self._runners[j].device):
-            forward, dx = pieces[2 * place], pieces[2 * place + 1]
+            forward, backward = pieces[2 * place], pieces[2 * place + 1]
+            dx, cell_factors = backward[:len(in_specs[j])], backward[len(in_specs[j]):]
+            new_factors[j] = [a.write(factor_slots[j][t], f)
+                              for a, f in zip(factors[j], cell_factors)]
             num_out, num_upd = len(out_specs[j]), len(upd_specs[j])
             y, upd = forward[:num_out], forward[num_out:num_out + num_upd]
             new_sums[j] = [s + u for s, u in zip(sums[j], upd)]
@@ -305,13 +351,21 @@ class ScheduledLoop:
                                   for a, g in zip(grads[j - 1], dx)]
             else:
               new_d_inputs = [a.write(in_slots[t], g) for a, g in zip(d_inputs, dx)]
-      return (t + 1, new_acts, new_grads, new_dys, new_outs, new_d_inputs, new_sums,
-              new_loss)
+      return (t + 1, new_acts, new_grads, new_dys, new_outs, new_d_inputs,
+              new_factors, new_sums, new_loss)
 
-    _, _, _, _, outs, d_inputs, sums, loss = tf.while_loop(
+    _, _, _, _, outs, d_inputs, factors, sums, loss = tf.while_loop(
         lambda t, *_: t < self._num_clocks, Body,
-        (tf.constant(0), acts, grads, dys, outs, d_inputs, sums, loss))
+        (tf.constant(0), acts, grads, dys, outs, d_inputs, factors, sums, loss))
     micro = list(range(num_micro))
+    for j, runner in enumerate(self._runners):
+      flat = iter(factors[j])
+      pairs = {}
+      with tf.device(runner.device):
+        for i, specs in layouts[j]:
+          rows = [_Rows(next(flat), micro) for _ in specs]
+          pairs[i] = [(rows[n], rows[n + 1]) for n in range(0, len(rows), 2)]
+      runner.gradients.PutFactors(pairs)
     with tf.device(self._runners[last].device):
       columns = [tf.unstack(a.gather(micro), num_micro) for a in outs]
       last_outputs = [tuple(tf.nest.pack_sequence_as(self._out_structs[last], list(f)))

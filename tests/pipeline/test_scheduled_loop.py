@@ -141,3 +141,22 @@ def test_ring_depth_is_the_smallest_without_overwrite():
   assert scheduled_loop.RingDepth([0, 1, 2, 3, 4], [2, 3, 4, 5, 6]) == 3
   assert scheduled_loop.RingDepth([0, 2, 4], [1, 3, 5]) == 1
   assert scheduled_loop.RingDepth([0, 1], [5, 6]) == 2
+
+
+@pytest.mark.parametrize('kind,k,v,m', [
+    (ONE_F, 2, 1, 4), pytest.param(ONE_F, 4, 1, 8, marks=pytest.mark.slow),
+    (ScheduleKind.INTERLEAVED, 2, 2, 4)])
+def test_deferred_weight_gradients_leave_the_loop(kind, k, v, m):
+  """64 -> 128 -> 64 feed-forward layers at 16/M rows per micro-batch:
+  per-cell remat defers their weight gradients (deferred_grads), whose
+  factors leave the loop in M-sized arrays; the gradients still equal the
+  reference's."""
+  layers, shape = models.FfnLayers(keep_prob=0.8, dim=64)
+  pipe = _LoopPipeline(layers, shape, k * v, m, schedule=kind, cells_per_device=v)
+  _Check(pipe, (tf.random.stateless_normal(shape, [k, 9]),), m)
+  graph = models.TrainStepWithLoss(pipe, 0, m).get_concrete_function(
+      tf.TensorSpec(shape)).graph.as_graph_def()
+  # One gather for the outputs, one for the input gradients; the others
+  # take the deferred factors out of the loop.
+  gathers = [n for n in graph.node if n.op == 'TensorListGather']
+  assert len(gathers) > 2, 'no deferred factors leave the loop'
