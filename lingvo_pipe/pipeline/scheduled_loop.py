@@ -23,7 +23,8 @@ a spare slot too), gathered out once.
 
 Every micro-batch is recomputed in its backward (RematPolicy.PER_LAYER per
 layer, every other policy the cell whole) and weight gradients are added
-into the cells' accumulators (CellGradients.StartLoopStep); under PER_CELL
+into the cells' accumulators (CellGradients.StartLoopStep, ZeroAccumulators,
+after a probe trace says which weights defer wholly); under PER_CELL
 the projections' deferred factor pairs (deferred_grads) leave the loop in
 M-sized TensorArrays per cell, as in tick_loop, and each weight takes one
 product after it. Batch-norm statistics are summed in loop variables.
@@ -235,8 +236,8 @@ class ScheduledLoop:
     accumulators after it."""
     num_micro, last, rings = self._num_micro, self._num_cells - 1, self._rings
     fwd, bwd = schedule.Phase.FORWARD, schedule.Phase.BACKWARD
-    for j, runner in enumerate(self._runners):
-      runner.gradients.StartLoopStep(self._thetas[j], num_micro)
+    for runner in self._runners:
+      runner.gradients.StartLoopStep(num_micro)
     out_specs = [_Specs(s) for s in self._out_structs]
     upd_specs = [_Specs(s) for s in self._update_structs]
     in_specs = [_Specs(self._input_struct)] + out_specs[:-1]
@@ -255,6 +256,8 @@ class ScheduledLoop:
     out_slots = _WriteSlots(self._num_clocks, self._Writes(fwd, last), num_micro)
     in_slots = _WriteSlots(self._num_clocks, self._Writes(bwd, 0), num_micro)
     layouts = self._FactorLayouts(in_specs, out_specs)
+    for j, runner in enumerate(self._runners):
+      runner.gradients.ZeroAccumulators(self._thetas[j])
     factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
     factors = [_Arrays(specs, num_micro + 1) for specs in factor_specs]
     factor_slots = [_WriteSlots(self._num_clocks, self._Writes(bwd, j), num_micro)
