@@ -384,7 +384,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     """The training step of p.schedule with the loss inside: forwards,
     losses and backwards all run in the forward of one tf.custom_gradient,
     whose gradient scales the stored gradients by the loss's upstream
-    gradient."""
+    gradient. Emitted task by task (scheduled_step), or with M >=
+    p.loop_min_micro_batches as one loop over the clocks (scheduled_loop)."""
     p = self.params
     tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
                            p.cells_per_device)
