@@ -407,7 +407,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       if tick_loop.Applicable(num_micro, p.loop_min_micro_batches):
         result = scheduled_loop.ScheduledLoop(
             self._runners, devices[:self.num_devices], tasks, compute_thetas, micro,
-            p.remat, loss_fn).Run()
+            p.remat, p.remat_last_micro_batch, loss_fn).Run()
       else:
         result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
                                         tasks, micro, MicroTheta, decisions, loss_fn)

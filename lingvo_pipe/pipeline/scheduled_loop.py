@@ -34,7 +34,7 @@ its micro-batch's outputs (and of tensors computed before the pipeline).
 """
 
 import dataclasses
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +48,8 @@ from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.tick_loop import MicroTheta
 
 _Key = Tuple[schedule.Phase, int, int]  # (phase, cell, micro-batch)
+# What a branch runs of one of its device's cells.
+_FORWARD, _BACKWARD, _KEPT = 0, 1, 2  # _KEPT: both, from the forward's tape
 
 
 def RingDepth(writes: Sequence[int], last_reads: Sequence[int]) -> int:
@@ -55,7 +57,8 @@ def RingDepth(writes: Sequence[int], last_reads: Sequence[int]) -> int:
   writes[m + S]) after micro-batch m's last read (last_reads[m]), for every
   m: the slots m mod S are then never overwritten while still to be read."""
   num = len(writes)
-  assert all(r > w for w, r in zip(writes, last_reads)), (writes, last_reads)
+  # Equal: a micro-batch that its writer's own branch reads (a kept last cell).
+  assert all(r >= w for w, r in zip(writes, last_reads)), (writes, last_reads)
   for depth in range(1, num):
     if all(writes[m + depth] > last_reads[m] for m in range(num - depth)):
       return depth
@@ -76,13 +79,32 @@ class Rings:
   loss_gradients: int
 
 
-def _Clocks(tasks: Sequence[schedule.Task]) -> Dict[_Key, int]:
-  return {(t.phase, t.cell, t.micro_batch): t.clock for t in tasks}
+def KeptLastMicroBatches(tasks: Sequence[schedule.Task], policy: remat.RematPolicy,
+                         remat_last_micro_batch: bool) -> FrozenSet[int]:
+  """The micro-batches whose last-cell backward runs in the branch of its
+  forward, from the forward's tape (no recomputation): those whose backward
+  the last cell runs next, when remat.Decide keeps them (1F1B: all)."""
+  last = max(t.cell for t in tasks)
+  num_micro = max(t.micro_batch for t in tasks) + 1
+  if not remat.Decide(policy, remat_last_micro_batch, 0, num_micro,
+                      backward_follows=True).record:
+    return frozenset()
+  return frozenset(m for k, m in schedule.KeptForwards(tasks) if k == last)
 
 
-def RingDepths(tasks: Sequence[schedule.Task]) -> Rings:
-  """The ring depths of the step that runs `tasks` (schedule.Tasks)."""
-  clock = _Clocks(tasks)
+def _Clocks(tasks: Sequence[schedule.Task], kept: FrozenSet[int]) -> Dict[_Key, int]:
+  """The clock of each task; a kept last-cell backward's is its forward's."""
+  last = max(t.cell for t in tasks)
+  clock = {(t.phase, t.cell, t.micro_batch): t.clock for t in tasks}
+  for m in kept:
+    clock[(schedule.Phase.BACKWARD, last, m)] = clock[(schedule.Phase.FORWARD, last, m)]
+  return clock
+
+
+def RingDepths(tasks: Sequence[schedule.Task], kept: FrozenSet[int] = frozenset()) -> Rings:
+  """The ring depths of the step that runs `tasks` (schedule.Tasks), with
+  the last cell's micro-batches `kept` (KeptLastMicroBatches)."""
+  clock = _Clocks(tasks, kept)
   num_cells = max(t.cell for t in tasks) + 1
   micro = range(max(t.micro_batch for t in tasks) + 1)
   fwd, bwd = schedule.Phase.FORWARD, schedule.Phase.BACKWARD
@@ -137,13 +159,15 @@ class ScheduledLoop:
     thetas: each cell's theta (read on its device).
     micro_inputs: the pipeline's inputs of each micro-batch.
     policy: the pipeline's RematPolicy (PER_LAYER recomputes per layer).
+    remat_last_micro_batch: the pipeline's: recompute the last cell's
+      micro-batches that KeptLastMicroBatches would keep.
     loss_fn: the per-micro-batch loss (scheduled_step.MicroLossFn).
   """
 
   def __init__(self, runners: Sequence[cell_runner.CellRunner],
                devices: Sequence[str], tasks: Sequence[schedule.Task],
                thetas: Sequence[NestedMap], micro_inputs: Sequence[tuple],
-               policy: remat.RematPolicy,
+               policy: remat.RematPolicy, remat_last_micro_batch: bool,
                loss_fn: scheduled_step.MicroLossFn) -> None:
     self._runners = list(runners)
     self._devices = list(devices)
@@ -155,20 +179,30 @@ class ScheduledLoop:
     self._decision = remat.Decision(
         record=False, inline=False, per_layer=policy == remat.RematPolicy.PER_LAYER,
         defer=policy == remat.RematPolicy.PER_CELL)
-    self._clock = _Clocks(tasks)
+    self._kept_decision = remat.Decide(policy, remat_last_micro_batch, 0,
+                                       self._num_micro, backward_follows=True)
+    kept = self._kept = KeptLastMicroBatches(tasks, policy, remat_last_micro_batch)
+    self._clock = _Clocks(tasks, kept)
     self._num_clocks = max(t.clock for t in tasks) + 1
-    self._rings = RingDepths(tasks)
-    # Per device its cells, in order; a task's branch is 1 + 2 * (the
-    # cell's place on its device) + (1 for a backward), 0 is idle.
+    self._rings = RingDepths(tasks, kept)
+    # Per device its cells, in order; a task's branch is 1 + 3 * (the
+    # cell's place on its device) + _Kind, 0 is idle.
     device_of = {t.cell: t.device for t in tasks}
     self._cells_on = [[j for j in range(self._num_cells) if device_of[j] == d]
                       for d in range(len(devices))]
     branches = np.zeros([self._num_clocks, len(devices)], np.int32)
     micro = np.zeros([self._num_clocks, len(devices)], np.int32)
+    last = self._num_cells - 1
     for t in tasks:
       place = self._cells_on[t.device].index(t.cell)
-      branches[t.clock, t.device] = 1 + 2 * place + (t.phase == schedule.Phase.BACKWARD)
+      kind = _FORWARD if t.phase == schedule.Phase.FORWARD else _BACKWARD
+      if t.cell == last and t.micro_batch in kept:
+        if kind == _BACKWARD:
+          continue  # run by its forward's branch
+        kind = _KEPT
+      branches[t.clock, t.device] = 1 + 3 * place + kind
       micro[t.clock, t.device] = t.micro_batch
+    self._used = {(d, int(b)) for d in range(len(devices)) for b in branches[:, d]}
     self._branches, self._micro = tf.constant(branches), tf.constant(micro)
     with tf.device(runners[0].device):
       flat = [tf.nest.flatten(x) for x in micro_inputs]
@@ -294,6 +328,23 @@ class ScheduledLoop:
                 for v, g in zip(tf.nest.flatten(x), dx)] + [
                     f for i in sorted(factors) for pair in factors[i] for f in pair]
 
+    def Kept(m, acts):
+      """The last cell's forward of micro-batch m recorded, its loss, and its
+      backward from the record: the pieces of Forward and Backward."""
+      runner = self._runners[last]
+      with tf.device(runner.device):
+        x = self._Inputs(last, m, acts)
+        out, upd, recording = runner.Forward(MicroTheta(self._thetas[last], m), x,
+                                             self._kept_decision, num_micro)
+        micro_loss, dy = scheduled_step._LossAndOutputGrads(self._loss_fn, out)  # pylint: disable=protected-access
+        dx = runner.BackwardFromTape(recording, x, out,
+                                     tf.nest.pack_sequence_as(out, dy))
+        factors = runner.gradients.TakeFactors()
+        forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
+        return forward, [tf.zeros_like(v) if g is None else g
+                         for v, g in zip(tf.nest.flatten(x), dx)] + [
+                             f for i in sorted(factors) for pair in factors[i] for f in pair]
+
     def Parts(j):
       """Specs of the pieces of cell j in its device's branch results."""
       forward = out_specs[j] + upd_specs[j] + (
@@ -312,21 +363,26 @@ class ScheduledLoop:
           parts = [Parts(j) for j in cells]
           layout = [specs for pair in parts for specs in pair]
 
-          def Branch(place, phase):
-            """The branch of the device's cell at `place` (or idle): its
-            piece computed, every other piece zeros."""
-            computed = -1 if place is None else 2 * place + int(phase == bwd)
-
+          def Branch(place, kind):
+            """The branch running `kind` of the device's cell at `place` (or
+            idle): its pieces computed, every other piece zeros."""
             def Fn():
-              pieces = [_Zeros(s) if i != computed else
-                        Forward(cells[place], m, acts) if phase == fwd else
-                        Backward(cells[place], m, acts, grads, dys)
-                        for i, s in enumerate(layout)]
+              pieces = [_Zeros(s) for s in layout]
+              if kind == _FORWARD:
+                pieces[2 * place] = Forward(cells[place], m, acts)
+              elif kind == _BACKWARD:
+                pieces[2 * place + 1] = Backward(cells[place], m, acts, grads, dys)
+              elif kind == _KEPT:
+                pieces[2 * place], pieces[2 * place + 1] = Kept(m, acts)
               return [x for piece in pieces for x in piece]
             return Fn
 
-          fns = [Branch(None, None)] + [Branch(i, phase) for i in range(len(cells))
-                                        for phase in (fwd, bwd)]
+          # Branches that the table never picks are idle ones (1F1B's last
+          # cell runs no recomputing backward).
+          fns = [Branch(i, kind) if (d, 1 + 3 * i + kind) in self._used else
+                 Branch(None, None) for i in range(len(cells))
+                 for kind in (_FORWARD, _BACKWARD, _KEPT)]
+          fns.insert(0, Branch(None, None))
           flat = tf.switch_case(index, fns)
           pieces, start = [], 0
           for specs in layout:

@@ -127,10 +127,15 @@ def test_each_clock_runs_on_the_cells_devices():
 
 def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
   """1F1B K=4 M=16: each boundary's ring holds at most K micro-batches (the
-  ones in flight), not M; fill-drain's activations need all M."""
-  rings = scheduled_loop.RingDepths(schedule.Tasks(ONE_F, 4, 16))
-  assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
-  assert rings.loss_gradients == 1, rings
+  ones in flight), not M, whether the last cell's backwards run with their
+  forwards (per-cell remat) or at their own clocks; fill-drain's
+  activations need all M."""
+  tasks = schedule.Tasks(ONE_F, 4, 16)
+  kept = scheduled_loop.KeptLastMicroBatches(tasks, gpipe.RematPolicy.PER_CELL, False)
+  assert kept == frozenset(range(16))
+  for rings in (scheduled_loop.RingDepths(tasks), scheduled_loop.RingDepths(tasks, kept)):
+    assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
+    assert rings.loss_gradients == 1, rings
   fill_drain = scheduled_loop.RingDepths(schedule.Tasks(ScheduleKind.GPIPE, 4, 16))
   assert fill_drain.activations == [16] * 3, fill_drain
 
@@ -160,3 +165,15 @@ def test_deferred_weight_gradients_leave_the_loop(kind, k, v, m):
   # take the deferred factors out of the loop.
   gathers = [n for n in graph.node if n.op == 'TensorListGather']
   assert len(gathers) > 2, 'no deferred factors leave the loop'
+
+
+def test_one_f_one_b_keeps_the_last_cell_and_recomputes_the_others():
+  """Per-cell remat under 1F1B (K=2, M=4): the last cell runs each
+  micro-batch's backward right after its forward, so the loop runs both in
+  one branch from the forward's tape and never calls its recomputing
+  backward; cell 0's backward is called in the loop (once, whatever M)."""
+  layers, shape = models.FfnLayers()
+  pipe = _LoopPipeline(layers, shape, 2, 4, schedule=ONE_F)
+  called = [n.attr['f'].func.name for n in _Nodes(pipe, shape, 4) if 'f' in n.attr]
+  assert not [f for f in called if 'cell_1_backward_' in f], called
+  assert len([f for f in called if 'cell_0_backward_' in f]) == 1, called
