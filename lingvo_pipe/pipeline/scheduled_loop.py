@@ -4,8 +4,8 @@ scheduled_step emits every task of schedule.Tasks: 2*C*M cell calls for C
 cells, and the time to the first step grows with them. Here one loop runs
 the schedule's clocks; per clock, each device runs a tf.switch_case whose
 index comes from a constant [clocks, devices] table built from the tasks:
-idle, or the forward or backward of one of the device's cells. The step
-holds 2*C cell calls whatever M is.
+idle, or the forward or backward of one of the device's cells (or both,
+below). The step holds at most 2*C cell calls whatever M is.
 
 The last cell's forward also computes its micro-batch's loss and the
 gradients of its outputs (scheduled_step._LossAndOutputGrads), the loss
@@ -21,13 +21,18 @@ condition; reads read the arrays as they were at the start of the clock.
 The last cell's outputs and the input gradients are M-sized arrays (with
 a spare slot too), gathered out once.
 
-Every micro-batch is recomputed in its backward (RematPolicy.PER_LAYER per
-layer, every other policy the cell whole) and weight gradients are added
-into the cells' accumulators (CellGradients.StartLoopStep, ZeroAccumulators,
-after a probe trace says which weights defer wholly); under PER_CELL
-the projections' deferred factor pairs (deferred_grads) leave the loop in
-M-sized TensorArrays per cell, as in tick_loop, and each weight takes one
-product after it. Batch-norm statistics are summed in loop variables.
+The last cell's micro-batches that remat.Decide keeps (its backward next
+on its device, KeptLastMicroBatches: all of them under 1F1B and the
+interleaved schedule with per-cell remat) run forward, loss and backward in
+one branch, the backward from the forward's tape, at the forward's clock.
+Every other micro-batch is recomputed in its backward (RematPolicy.PER_LAYER
+per layer, every other policy the cell whole); a kept micro-batch of
+another cell is recomputed too, since a tape cannot outlive its clock.
+Weight gradients are added into the cells' accumulators
+(CellGradients.StartLoopStep, then ZeroAccumulators once a probe trace
+says which weights defer wholly); under PER_CELL the projections' deferred
+factor pairs (deferred_grads) leave the loop in M-sized TensorArrays per
+cell, as in tick_loop, and each weight takes one product after it. Batch-norm statistics are summed in loop variables.
 Dropout masks take the step seed [s0, s1 + m] of micro-batch m, as in the
 unrolled step. The loss function is traced once: it must be a function of
 its micro-batch's outputs (and of tensors computed before the pipeline).
