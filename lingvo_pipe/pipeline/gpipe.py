@@ -118,10 +118,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              'ONE_F_ONE_B and INTERLEAVED need the loss inside the pipeline: '
              'train them through FPropWithLoss.')
     p.Define('loop_min_micro_batches', 0, 'Train with M >= this as a '
-             'tf.while_loop over clock ticks: a step graph of 2 calls per '
-             'cell whatever M, every micro-batch recomputed. FProp (GPIPE) '
-             'runs tick_loop; FPropWithLoss (any schedule) runs '
-             'scheduled_loop. 0: never, always the unrolled emission.')
+             'tf.while_loop over clock ticks: a step graph of at most 2 '
+             'calls per cell whatever M. FProp (GPIPE) runs tick_loop, every '
+             'micro-batch recomputed; FPropWithLoss (any schedule) runs '
+             "scheduled_loop, which keeps only the last cell's micro-batches "
+             'that remat keeps. 0: never, always the unrolled emission.')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells.')
