@@ -38,8 +38,9 @@ flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved'],
                   'the step computes the loss inside the pipeline (FPropWithLoss).')
 flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '
                      'interleaved schedule: the layers go into k*v cells.')
-flags.DEFINE_integer('loop_min_micro_batches', 0, 'Fill-drain as a '
-                     'tf.while_loop over clock ticks when M >= this (0: unrolled).')
+flags.DEFINE_integer('loop_min_micro_batches', 0, 'The training step (any '
+                     'schedule) as a tf.while_loop over clock ticks when M >= '
+                     'this (0: unrolled).')
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')

@@ -90,17 +90,23 @@ class CellGradients:
     self._factors: FactorPairs = {}
     self._deferred_only: Set[int] = set()
 
-  def StartLoopStep(self, theta: NestedMap, num_micro: int) -> None:
+  def StartLoopStep(self, num_micro: int) -> None:
     """Starts a step whose `num_micro` backwards are one backward function
-    called in a loop (tick_loop): sets the accumulators to zero, so that
-    every backward adds (GradSink.ADD)."""
+    called in a loop (tick_loop, scheduled_loop): every backward adds
+    (GradSink.ADD). Trace the backward, then ZeroAccumulators."""
     self.StartStep(num_micro)
-    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
-    with tf.device(self._device):
-      for acc, w in zip(self._accumulators, weights):
-        acc.assign(tf.zeros(tf.shape(w), acc.dtype))
     self._num_micro = max(num_micro, 2)  # accumulated, never returned
     self._backwards = 1
+
+  def ZeroAccumulators(self, theta: NestedMap) -> None:
+    """Sets to zero, for a loop step, the accumulators its backwards add
+    to: not those of weights whose gradient is all deferred (known once a
+    backward is traced), which thus take no memory, as in an unrolled step."""
+    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
+    with tf.device(self._device):
+      for i, (acc, w) in enumerate(zip(self._accumulators, weights)):
+        if i not in self._deferred_only:
+          acc.assign(tf.zeros(tf.shape(w), acc.dtype))
 
   def TakeFactors(self) -> FactorPairs:
     """Removes and returns the factor pairs kept so far this step (a loop

@@ -12,9 +12,10 @@ Batch-norm statistics are summed over micro-batches and applied once per
 step.
 
 FPropWithLoss takes a per-micro-batch loss function and runs the loss
-inside the pipeline, in the order of p.schedule (scheduled_step): the way
-to train with 1F1B or the interleaved schedule, whose backwards start
-before the last forward.
+inside the pipeline, in the order of p.schedule (scheduled_step, or with
+p.loop_min_micro_batches one while loop over its clocks, scheduled_loop):
+the way to train with 1F1B or the interleaved schedule, whose backwards
+start before the last forward.
 """
 
 import dataclasses
@@ -38,6 +39,7 @@ from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import replicas
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline import scheduled_loop
 from lingvo_pipe.pipeline import scheduled_step
 from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.remat import RematPolicy
@@ -115,11 +117,12 @@ class PipeliningLayer(base_layer.BaseLayer):
              'GPIPE trains through FProp and an outer tape, or FPropWithLoss; '
              'ONE_F_ONE_B and INTERLEAVED need the loss inside the pipeline: '
              'train them through FPropWithLoss.')
-    p.Define('loop_min_micro_batches', 0, 'With ScheduleKind.GPIPE, train '
-             'with M >= this as a tf.while_loop over clock ticks (tick_loop: '
-             'a step graph of 2K cell calls whatever M; every micro-batch '
-             'recomputed); 0: never, always '
-             'the unrolled emission.')
+    p.Define('loop_min_micro_batches', 0, 'Train with M >= this as a '
+             'tf.while_loop over clock ticks: a step graph of at most 2 '
+             'calls per cell whatever M. FProp (GPIPE) runs tick_loop, every '
+             'micro-batch recomputed; FPropWithLoss (any schedule) runs '
+             "scheduled_loop, which keeps only the last cell's micro-batches "
+             'that remat keeps. 0: never, always the unrolled emission.')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells.')
@@ -382,7 +385,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     """The training step of p.schedule with the loss inside: forwards,
     losses and backwards all run in the forward of one tf.custom_gradient,
     whose gradient scales the stored gradients by the loss's upstream
-    gradient."""
+    gradient. Emitted task by task (scheduled_step), or with M >=
+    p.loop_min_micro_batches as one loop over the clocks (scheduled_loop)."""
     p = self.params
     tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
                            p.cells_per_device)
@@ -401,8 +405,13 @@ class PipeliningLayer(base_layer.BaseLayer):
         with tf.device(devices[k]):
           return self._MicroTheta(compute_thetas[k], m)
 
-      result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
-                                      tasks, micro, MicroTheta, decisions, loss_fn)
+      if tick_loop.Applicable(num_micro, p.loop_min_micro_batches):
+        result = scheduled_loop.ScheduledLoop(
+            self._runners, devices[:self.num_devices], tasks, compute_thetas, micro,
+            p.remat, p.remat_last_micro_batch, loss_fn).Run()
+      else:
+        result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
+                                        tasks, micro, MicroTheta, decisions, loss_fn)
       micro_size = self._contract.InputLayout(micro[0]).batch_size
       with tf.device(devices[-1]):
         outputs = self._contract.MergeOutputs(result.last_outputs, micro_size)

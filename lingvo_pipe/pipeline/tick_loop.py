@@ -16,9 +16,10 @@ inputs to recompute it; tick-indexed writes happen every tick (zeros for an
 idle cell), so no write needs a condition. Every micro-batch is recomputed
 (as RematPolicy.PER_CELL with remat_last_micro_batch, or PER_LAYER's
 per-layer recomputation) and weight gradients are added into the cells'
-accumulators (CellGradients.StartLoopStep); under PER_CELL the projections'
-deferred factor pairs (deferred_grads) leave the loop in tick-indexed
-TensorArrays too, and each weight takes one product after it. Batch-norm
+accumulators (CellGradients.StartLoopStep, ZeroAccumulators); under
+PER_CELL the projections' deferred factor pairs (deferred_grads) leave the
+loop in tick-indexed TensorArrays too, and each weight takes one product
+after it. Batch-norm
 statistics are summed in loop variables. Dropout masks take the step seed
 [s0, s1 + m] of micro-batch m, as in the unrolled emission.
 """
@@ -212,9 +213,11 @@ class TickLoop:
     Returns per micro-batch the gradients of the flat pipeline inputs (None
     where not floating)."""
     num_micro, last = self._num_micro, self._num_cells - 1
-    for k, runner in enumerate(self._runners):
-      runner.gradients.StartLoopStep(self._thetas[k], num_micro)
+    for runner in self._runners:
+      runner.gradients.StartLoopStep(num_micro)
     layouts = self._FactorLayouts(stash, output_grads)
+    for k, runner in enumerate(self._runners):
+      runner.gradients.ZeroAccumulators(self._thetas[k])
     factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
     factor_arrays = [_Arrays(specs, self._ticks) for specs in factor_specs]
     with tf.device(self._runners[last].device):

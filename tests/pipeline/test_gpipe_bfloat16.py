@@ -122,13 +122,17 @@ def test_transformer_bfloat16_pipeline_equals_unpipelined(k, m):
 
 # Each other way to run a training step casts the weights as FProp's
 # unrolled GPipe step does: 1F1B and interleaved stages (the loss inside),
-# the tick loop, and replicas (cast before the copies to other replicas).
+# the tick loop and the scheduled loop, and replicas (cast before the copies
+# to other replicas).
 @pytest.mark.parametrize('kwargs,loss_inside', [
     (dict(schedule=schedule.ScheduleKind.ONE_F_ONE_B), True),
     (dict(schedule=schedule.ScheduleKind.INTERLEAVED, cells_per_device=2), True),
     (dict(loop_min_micro_batches=2), False),
+    (dict(schedule=schedule.ScheduleKind.ONE_F_ONE_B, loop_min_micro_batches=2), True),
+    (dict(schedule=schedule.ScheduleKind.INTERLEAVED, cells_per_device=2,
+          loop_min_micro_batches=2), True),
     (dict(num_replicas=2), False),
-], ids=['1f1b', 'interleaved', 'tick_loop', 'replicas'])
+], ids=['1f1b', 'interleaved', 'tick_loop', '1f1b_loop', 'interleaved_loop', 'replicas'])
 def test_ffn_bfloat16_other_steps_equal_unpipelined(kwargs, loss_inside):
   k = 4 if 'cells_per_device' in kwargs else 2
   pipe, shape = _FfnPipeline(k, 2, **kwargs)
