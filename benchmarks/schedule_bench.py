@@ -11,6 +11,8 @@ all of them alike):
   loop    the tick loop against the unrolled fill-drain step: time to the
           first step and step time, ffn K=4 at M in {4, 16, 64} and a
           16-layer transformer (batch 32) K=8 at M in {8, 32}
+  loop_1f1b  the same for 1F1B's scheduled loop against its unrolled
+          step, ffn K=4 at M in {4, 16, 64}
 
 Raw JSON goes to docs/benchmarks/schedules.json; the page is rendered from
 it, so --sections= only re-renders.
@@ -33,7 +35,7 @@ from absl import flags
 from benchmarks import analysis
 from benchmarks import runner
 
-SECTIONS = ('memory', 'bubble', 'loop')
+SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b')
 
 FLAGS = flags.FLAGS
 
@@ -81,16 +83,28 @@ def BubbleEntries(timeline_root: str) -> Dict[str, List[str]]:
   return entries
 
 
-def LoopEntries() -> Dict[str, List[str]]:
+# The loop sections: (row prefix, K, Ms, pipeline_bench flags) per group.
+LOOP_GROUPS = {
+    'loop': (('ffn', 4, (4, 16, 64), ['--workload=ffn']),
+             ('transformer', 8, (8, 32),
+              ['--workload=transformer', '--num_layers=16', '--batch=32'])),
+    'loop_1f1b': (('ffn_1f1b', 4, (4, 16, 64),
+                   ['--workload=ffn', '--schedule=one_f_one_b']),),
+}
+LOOP_TITLES = {
+    'loop': 'Tick loop against the unrolled fill-drain step',
+    'loop_1f1b': 'Scheduled loop against the unrolled 1F1B step',
+}
+
+
+def LoopEntries(section: str = 'loop') -> Dict[str, List[str]]:
+  """Each group's configurations at each M, unrolled and looped."""
   entries = {}
-  for workload, k, ms, extra in (('ffn', 4, (4, 16, 64), []),
-                                 ('transformer', 8, (8, 32),
-                                  ['--num_layers=16', '--batch=32'])):
+  for prefix, k, ms, args in LOOP_GROUPS[section]:
     for m in ms:
       for emission, loop in (('unrolled', 0), ('loop', 2)):
-        entries[f'{workload}_K{k}_M{m}_{emission}'] = [
-            f'--workload={workload}', f'--k={k}', f'--m={m}',
-            f'--loop_min_micro_batches={loop}'] + extra
+        entries[f'{prefix}_K{k}_M{m}_{emission}'] = args + [
+            f'--k={k}', f'--m={m}', f'--loop_min_micro_batches={loop}']
   return entries
 
 
@@ -118,6 +132,53 @@ def _WithSetup(runs: List[dict]) -> List[dict]:
 
 def _Median(values: List[float]) -> Optional[float]:
   return statistics.median(values) if values else None
+
+
+def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
+  """The lines of one loop section: its table, growth and ratio lines, and
+  commands."""
+  lines = [f'## {LOOP_TITLES[section]}', '',
+           'Time to the first step (build, trace, first run) and step time, '
+           'medians; graph ops count the step and every function body. '
+           'Ratios: loop / unrolled at the same M, and first step at the '
+           "largest M / at the smallest M of each emission.", '']
+  loop = {name: dict(entry, runs=_WithSetup(entry['runs'])) for name, entry in loop.items()}
+  rows = []
+  for name, entry in loop.items():
+    runs = entry['runs']
+    rows.append([name, runner.Fmt(runner.Median(runs, 'first_step_s'), '.2f'),
+                 runner.Fmt(runner.Median(runs, 'setup_s'), '.2f'),
+                 runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'),
+                 runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f')])
+  lines += [runner.MarkdownTable(['configuration', 'first step s',
+                                  'first step less one step s', 's/step',
+                                  'graph ops'], rows), '',
+            '"First step less one step" takes the run of one step out of the '
+            'time to the first step: what is left is building, tracing and '
+            'TensorFlow\'s graph setup, the part that grows with the graph. '
+            'With B fixed, M=64 is 1-row micro-batches, and each streams every '
+            'weight through the cache once per cell call, so the step itself '
+            'grows with M in either emission.', '']
+  for workload, k, ms, _ in LOOP_GROUPS[section]:
+    def Get(m, emission, key):
+      entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
+      return runner.Median(entry['runs'], key) if entry else None
+    for emission in ('unrolled', 'loop'):
+      growth = runner.Ratio(Get(ms[-1], emission, 'first_step_s'),
+                            Get(ms[0], emission, 'first_step_s'))
+      setup_growth = runner.Ratio(Get(ms[-1], emission, 'setup_s'),
+                                  Get(ms[0], emission, 'setup_s'))
+      lines.append(f'- {workload} K={k} {emission}: first step at M={ms[-1]} / '
+                   f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}; less one step: '
+                   f'{runner.Fmt(setup_growth, ".2f", "x")}')
+    for m in ms:
+      lines.append(f'- {workload} K={k} M={m}: loop / unrolled step time '
+                   f"{runner.Fmt(runner.Ratio(Get(m, 'loop', 'step_s_median'), Get(m, 'unrolled', 'step_s_median')), '.2f', 'x')}, "
+                   f"first step {runner.Fmt(runner.Ratio(Get(m, 'loop', 'first_step_s'), Get(m, 'unrolled', 'first_step_s')), '.2f', 'x')}")
+  lines += ['', 'Commands:', '']
+  lines += [f"    {entry['command']}" for entry in loop.values()]
+  lines.append('')
+  return lines
 
 
 def Render(results: dict, machine: Dict[str, str]) -> str:
@@ -187,49 +248,9 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
     lines += ['', 'Commands:', '']
     lines += [f"    {entry['command']}" for entry in bubble.values()]
     lines.append('')
-  loop = results.get('loop')
-  if loop:
-    lines += ['## Tick loop against the unrolled fill-drain step', '',
-              'Time to the first step (build, trace, first run) and step time, '
-              'medians; graph ops count the step and every function body. '
-              'Ratios: loop / unrolled at the same M, and first step at the '
-              "largest M / at the smallest M of each emission.", '']
-    loop = {name: dict(entry, runs=_WithSetup(entry['runs'])) for name, entry in loop.items()}
-    rows = []
-    for name, entry in loop.items():
-      runs = entry['runs']
-      rows.append([name, runner.Fmt(runner.Median(runs, 'first_step_s'), '.2f'),
-                   runner.Fmt(runner.Median(runs, 'setup_s'), '.2f'),
-                   runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'),
-                   runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f')])
-    lines += [runner.MarkdownTable(['configuration', 'first step s',
-                                    'first step less one step s', 's/step',
-                                    'graph ops'], rows), '',
-              '"First step less one step" takes the run of one step out of the '
-              'time to the first step: what is left is building, tracing and '
-              'TensorFlow\'s graph setup, the part that grows with the graph. '
-              'With B fixed, M=64 is 1-row micro-batches, and each streams every '
-              'weight through the cache once per cell call, so the step itself '
-              'grows with M in either emission.', '']
-    for workload, k, ms in (('ffn', 4, (4, 16, 64)), ('transformer', 8, (8, 32))):
-      def Get(m, emission, key):
-        entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
-        return runner.Median(entry['runs'], key) if entry else None
-      for emission in ('unrolled', 'loop'):
-        growth = runner.Ratio(Get(ms[-1], emission, 'first_step_s'),
-                              Get(ms[0], emission, 'first_step_s'))
-        setup_growth = runner.Ratio(Get(ms[-1], emission, 'setup_s'),
-                                    Get(ms[0], emission, 'setup_s'))
-        lines.append(f'- {workload} K={k} {emission}: first step at M={ms[-1]} / '
-                     f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}; less one step: '
-                     f'{runner.Fmt(setup_growth, ".2f", "x")}')
-      for m in ms:
-        lines.append(f'- {workload} K={k} M={m}: loop / unrolled step time '
-                     f"{runner.Fmt(runner.Ratio(Get(m, 'loop', 'step_s_median'), Get(m, 'unrolled', 'step_s_median')), '.2f', 'x')}, "
-                     f"first step {runner.Fmt(runner.Ratio(Get(m, 'loop', 'first_step_s'), Get(m, 'unrolled', 'first_step_s')), '.2f', 'x')}")
-    lines += ['', 'Commands:', '']
-    lines += [f"    {entry['command']}" for entry in loop.values()]
-    lines.append('')
+  for section in LOOP_GROUPS:
+    if results.get(section):
+      lines += _RenderLoop(section, results[section])
   return '\n'.join(lines)
 
 
@@ -243,8 +264,9 @@ def main(argv):
   if 'bubble' in FLAGS.sections:
     with tempfile.TemporaryDirectory() as root:
       results['bubble'] = Measure(BubbleEntries(root), steps=3, warmup=1)
-  if 'loop' in FLAGS.sections:
-    results['loop'] = Measure(LoopEntries(), steps=5, warmup=1)
+  for section in LOOP_GROUPS:
+    if section in FLAGS.sections:
+      results[section] = Measure(LoopEntries(section), steps=5, warmup=1)
   if FLAGS.sections:
     results['repeats'] = FLAGS.repeats
     results['machine'] = runner.MachineInfo()

@@ -26,6 +26,9 @@ def test_entries_compare_like_with_like():
   loop = schedule_bench.LoopEntries()
   assert '--loop_min_micro_batches=0' in loop['ffn_K4_M64_unrolled']
   assert '--loop_min_micro_batches=2' in loop['transformer_K8_M32_loop']
+  one_f = schedule_bench.LoopEntries('loop_1f1b')
+  assert {'--schedule=one_f_one_b', '--loop_min_micro_batches=2'} <= set(
+      one_f['ffn_1f1b_K4_M64_loop'])
 
 
 def test_portable_commands():
