@@ -19,9 +19,9 @@ per-layer recomputation) and weight gradients are added into the cells'
 accumulators (CellGradients.StartLoopStep, ZeroAccumulators); under
 PER_CELL the projections' deferred factor pairs (deferred_grads) leave the
 loop in tick-indexed TensorArrays too, and each weight takes one product
-after it. Batch-norm
-statistics are summed in loop variables. Dropout masks take the step seed
-[s0, s1 + m] of micro-batch m, as in the unrolled emission.
+after it. Batch-norm statistics are summed in loop variables. Dropout
+masks take the step seed [s0, s1 + m] of micro-batch m, as in the unrolled
+emission.
 """
 
 from typing import Any, Callable, List, Sequence, Tuple
