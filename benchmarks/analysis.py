@@ -18,6 +18,7 @@ from benchmarks.runner import Fmt, MarkdownTable, Median, Ratio
 MB = 2**20
 ONE_PER_DEVICE = 'one_per_device'
 _MEASURED_BUBBLE = re.compile(r'bubble: measured ([0-9.]+)')
+_CELL_CALLS_BUBBLE = re.compile(r'cell calls alone ([0-9.]+)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,11 +195,12 @@ def FillDrainBubble(k: int, m: int) -> float:
   return (k - 1) / (m + k - 1)
 
 
-def MeasuredBubbles(runs: List[dict]) -> List[float]:
+def MeasuredBubbles(runs: List[dict], cell_calls_alone: bool = False) -> List[float]:
   """The measured bubble of every run that profiled a step (pipeline_bench
-  --timeline_dir puts the timeline's summary line under 'timeline')."""
-  found = [_MEASURED_BUBBLE.search(r.get('timeline', '')) for r in runs
-           if 'error' not in r]
+  --timeline_dir puts the timeline's summary line under 'timeline'): of
+  the whole step, or of its cell calls alone (timeline.Summary)."""
+  pattern = _CELL_CALLS_BUBBLE if cell_calls_alone else _MEASURED_BUBBLE
+  found = [pattern.search(r.get('timeline', '')) for r in runs if 'error' not in r]
   return [float(m.group(1)) for m in found if m]
 
 
@@ -210,11 +212,14 @@ def BubbleSpeedupRows(section: Dict[str, dict]) -> List[dict]:
     entry = section[row['name']]
     batch = Median(entry['runs'], 'batch') or entry['config'].get('batch')
     bubbles = MeasuredBubbles(entry['runs'])
+    cell_bubbles = MeasuredBubbles(entry['runs'], cell_calls_alone=True)
     row['batch'] = None if batch is None else int(batch)
     row['micro_rows'] = None if batch is None else int(batch) // row['m']
     row['bubble'] = statistics.median(bubbles) if bubbles else None
+    row['cell_bubble'] = statistics.median(cell_bubbles) if cell_bubbles else None
     row['bubble_schedule'] = FillDrainBubble(row['k'], row['m'])
     row['bubble_ratio'] = Ratio(row['bubble'], row['bubble_schedule'])
+    row['cell_bubble_ratio'] = Ratio(row['cell_bubble'], row['bubble_schedule'])
   return rows
 
 
@@ -232,11 +237,13 @@ def BubbleSpeedupTargets(rows: List[dict], k: int = 2, m: int = 16) -> List[Targ
 def RenderBubbleSpeedup(rows: List[dict]) -> str:
   headers = ['workload', 'batch', 'rows per micro-batch', 'K', 'M', 'step s',
              'speedup vs K=1', 'ideal K·M/(M+K−1)', 'measured bubble',
-             '(K−1)/(M+K−1)', 'measured / schedule']
+             '(K−1)/(M+K−1)', 'measured / schedule', 'cell calls alone',
+             'cell calls / schedule']
   return MarkdownTable(headers, [
       [r['workload'], Fmt(r['batch'], 'd'), Fmt(r['micro_rows'], 'd'), r['k'], r['m'],
        Fmt(r['step']), Fmt(r['speedup_vs_k1'], '.2f', 'x'), f"{r['ideal']:.2f}x",
-       Fmt(r['bubble']), f"{r['bubble_schedule']:.3f}", Fmt(r['bubble_ratio'], '.2f', 'x')]
+       Fmt(r['bubble']), f"{r['bubble_schedule']:.3f}", Fmt(r['bubble_ratio'], '.2f', 'x'),
+       Fmt(r.get('cell_bubble')), Fmt(r.get('cell_bubble_ratio'), '.2f', 'x')]
       for r in rows])
 
 

@@ -338,17 +338,26 @@ def BubbleFraction(intervals: Sequence[Interval]) -> float:
   return 1.0 - sum(busy.values()) / len(busy)
 
 
+def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
+  """BubbleFraction of the cells' forwards and backwards alone: without the
+  devices' WEIGHT_GRADIENTS, which the unit-time schedule does not model
+  (a deferred product after the step's last backward is a serial tail)."""
+  return BubbleFraction([i for i in intervals if i.phase != Phase.WEIGHT_GRADIENTS])
+
+
 def Summary(intervals: Sequence[Interval],
             tasks: Optional[Sequence[schedule.Task]] = None) -> str:
-  """One line: K, M, measured bubble and the theoretical (K-1)/(M+K-1), or
-  with the schedule's `tasks` that of its unit-time table."""
+  """One line: K, M, measured bubble (of the whole step, and of the cell
+  calls alone) and the theoretical (K-1)/(M+K-1), or with the schedule's
+  `tasks` that of its unit-time table."""
   k, m = NumCellsAndMicroBatches(intervals)
+  measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
+              f'{CellCallsBubbleFraction(intervals):.3f})')
   if tasks is None:
-    return (f'K={k} M={m} bubble: measured {BubbleFraction(intervals):.3f}, '
+    return (f'K={k} M={m} bubble: {measured}, '
             f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
   devices = len({i.device for i in intervals})
-  return (f'K={devices} M={m} ({k} cells) bubble: measured '
-          f'{BubbleFraction(intervals):.3f}, schedule table '
+  return (f'K={devices} M={m} ({k} cells) bubble: {measured}, schedule table '
           f'{schedule.MeasuredBubble(tasks):.3f}')
 
 

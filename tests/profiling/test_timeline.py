@@ -89,7 +89,8 @@ def test_bubble_and_summary(intervals):
   bubble = timeline.BubbleFraction(intervals)
   assert bubble == pytest.approx(_BubbleBySweep(intervals), abs=1e-9)
   summary = timeline.Summary(intervals)
-  assert summary.startswith(f'K=4 M=4 bubble: measured {bubble:.3f}, ')
+  assert summary.startswith(f'K=4 M=4 bubble: measured {bubble:.3f} (cell calls alone '
+                            f'{timeline.CellCallsBubbleFraction(intervals):.3f}), ')
   assert f'{schedule.BubbleFraction(K, M):.3f}' in summary
 
 
