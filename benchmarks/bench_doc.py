@@ -27,8 +27,8 @@ SCHEDULE_PICTURES = (
      'turn, so it holds at most K−k micro-batches; the same bubble as fill-drain.'),
     ('timeline_interleaved.png', 'Interleaved, v=2',
      '8 cells on 4 devices (cell j on device j mod 4): smaller tasks and a bubble '
-     'of (K−1)/(vM+K−1) in the unit-time table, but not a smaller measured one '
-     'with 4 devices sharing 2 cores.'),
+     'of (K−1)/(vM+K−1) in the unit-time table; measured, 0.78x of fill-drain\'s '
+     'with these 4 devices sharing 2 cores, 0.29x at K=2 (a core per device).'),
 )
 SCHEDULE_PICTURES_CMD = (
     'python -m benchmarks.pipeline_bench --workload=ffn --k=4 --m=8 '
@@ -187,7 +187,9 @@ def TimelineSection(out_dir: pathlib.Path) -> str:
            'is added separately._']
   parts.append('One step of each schedule: ffn K=4 M=8, one thread per device, '
                'every micro-batch recomputed, on the shared 2-core machine; each '
-               'title gives the measured bubble and the schedule\'s. Made with '
+               'title gives the measured bubble and the schedule\'s. W: a device\'s '
+               'step gradients after its last backward (the deferred weight-gradient '
+               'products), work the bubble counts as busy. Made with '
                f'`{SCHEDULE_PICTURES_CMD}` (SCHEDULE: gpipe, one_f_one_b, or '
                'interleaved with --cells_per_device=2), which writes '
                '`DIR/timeline.png`.')
