@@ -1,9 +1,7 @@
 """Kernel time by op type in one profiled step (a pipeline_bench --timeline_dir profile); prints JSON."""
 
 import collections
-import glob
 import json
-import os
 
 from absl import app
 from absl import flags
@@ -47,11 +45,7 @@ def Summarize(space, top: int) -> dict:
 
 def main(argv):
   del argv
-  paths = glob.glob(os.path.join(FLAGS.logdir, '**', '*.xplane.pb'), recursive=True)
-  if not paths:
-    raise app.UsageError(f'No .xplane.pb under {FLAGS.logdir!r}.')
-  space = trace_calls.LoadTrace(max(paths, key=os.path.getmtime))
-  print(json.dumps(Summarize(space, FLAGS.top), indent=1))
+  print(json.dumps(Summarize(trace_calls.LoadNewestTrace(FLAGS.logdir), FLAGS.top), indent=1))
 
 
 def _DefineFlags():

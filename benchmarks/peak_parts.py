@@ -15,9 +15,7 @@ share the CPU's allocator).
 """
 
 import collections
-import glob
 import json
-import os
 import re
 from typing import Any, Dict, List
 
@@ -90,11 +88,7 @@ def LiveAtPeak(space: Any, top: int) -> Dict[str, Any]:
 
 def main(argv):
   del argv
-  paths = glob.glob(os.path.join(FLAGS.logdir, '**', '*.xplane.pb'), recursive=True)
-  if not paths:
-    raise app.UsageError(f'No .xplane.pb under {FLAGS.logdir!r}.')
-  space = trace_calls.LoadTrace(max(paths, key=os.path.getmtime))
-  print(json.dumps(LiveAtPeak(space, FLAGS.top), indent=1))
+  print(json.dumps(LiveAtPeak(trace_calls.LoadNewestTrace(FLAGS.logdir), FLAGS.top), indent=1))
 
 
 def _DefineFlags():

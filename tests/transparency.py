@@ -226,3 +226,14 @@ def _Merge(outs: List[tuple], batch_dim: int, summed: Set[int]) -> tuple:
   return tuple(tf.add_n(list(column)) if i in summed else
                tf.concat(column, axis=batch_dim)
                for i, column in enumerate(zip(*outs)))
+
+
+def CheckMovingAverages(pipe: Any, bn_inputs: Dict[str, List[np.ndarray]]) -> None:
+  """The pipeline's batch-norm moving averages after one step equal NumPy's
+  update from the inputs of all micro-batches (models.ExpectedMovingAverages)."""
+  expected = models.ExpectedMovingAverages(bn_inputs, models.BN_DECAY)
+  assert expected, 'no batch-norm inputs recorded'
+  variables = {v.name: v for v in pipe.variables}
+  for path, (mean, var) in expected.items():
+    AssertClose(variables[f'{path}/moving_mean:0'], mean)
+    AssertClose(variables[f'{path}/moving_variance:0'], var)

@@ -34,6 +34,8 @@ are built in the same order forward and backward.
 """
 
 import dataclasses
+import glob
+import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -89,6 +91,16 @@ class Call:
 _PROCESS = 'ExecutorState::Process'
 _ASYNC_START = 'ExecutorState::ProcessAsync::Start'
 _XLA_RUN_SUFFIX = 'Executable::ExecuteAsyncOnStream'
+
+
+def LoadNewestTrace(logdir: str) -> Any:
+  """The XSpace of the newest .xplane.pb anywhere under `logdir` (a
+  profiler logdir, e.g. a pipeline_bench --timeline_dir)."""
+  paths = glob.glob(os.path.join(logdir, '**', '*.xplane.pb'), recursive=True)
+  if not paths:
+    raise ValueError(f'No .xplane.pb under {logdir!r}; profile a step into it '
+                     '(e.g. pipeline_bench --timeline_dir) first.')
+  return LoadTrace(max(paths, key=os.path.getmtime))
 
 
 def LoadTrace(path: str) -> Any:

@@ -28,12 +28,7 @@ def _CheckTransparent(layers, input_shape, k, m, **kwargs):
 def test_convnet_with_batch_norm_and_dropout(k, m):
   layers, shape = models.ConvNetLayers(keep_prob=0.8)
   pipe, ref = _CheckTransparent(layers, shape, k, m)
-  expected = models.ExpectedMovingAverages(ref.bn_inputs, models.BN_DECAY)
-  assert len(expected) == 2
-  variables = {v.name: v for v in pipe.variables}
-  for path, (mean, var) in expected.items():
-    _AssertClose(variables[f'{path}/moving_mean:0'], mean)
-    _AssertClose(variables[f'{path}/moving_variance:0'], var)
+  transparency.CheckMovingAverages(pipe, ref.bn_inputs)
 
 
 @pytest.mark.parametrize('k,m', models.KMGrid())

@@ -33,11 +33,7 @@ def _CheckLayers(layers, shape, k, m, **kwargs):
 def test_one_f_one_b_convnet_with_batch_norm_and_dropout(k, m):
   layers, shape = models.ConvNetLayers(keep_prob=0.8)
   pipe, ref = _CheckLayers(layers, shape, k, m, schedule=ONE_F)
-  expected = models.ExpectedMovingAverages(ref.bn_inputs, models.BN_DECAY)
-  variables = {v.name: v for v in pipe.variables}
-  for path, (mean, var) in expected.items():
-    transparency.AssertClose(variables[f'{path}/moving_mean:0'], mean)
-    transparency.AssertClose(variables[f'{path}/moving_variance:0'], var)
+  transparency.CheckMovingAverages(pipe, ref.bn_inputs)
 
 
 # The stack's diagonal costs 80 s: `make test` runs K=2 and K=4 of it (the
