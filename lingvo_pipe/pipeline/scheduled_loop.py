@@ -32,9 +32,9 @@ Weight gradients are added into the cells' accumulators
 (CellGradients.StartLoopStep, then ZeroAccumulators once a probe trace
 says which weights defer wholly); under PER_CELL the projections' deferred
 factor pairs (deferred_grads) leave the loop in M-sized TensorArrays per
-cell, as in tick_loop, and each weight takes one product after it. Batch-norm statistics are summed in loop variables.
-Dropout masks take the step seed [s0, s1 + m] of micro-batch m, as in the
-unrolled step. The loss function is traced once: it must be a function of
+cell, as in tick_loop, and each weight takes one product after it.
+Batch-norm statistics are summed in loop variables. Dropout masks take the
+step seed [s0, s1 + m] of micro-batch m, as in the unrolled step. The loss function is traced once: it must be a function of
 its micro-batch's outputs (and of tensors computed before the pipeline).
 """
 
