@@ -34,8 +34,9 @@ says which weights defer wholly); under PER_CELL the projections' deferred
 factor pairs (deferred_grads) leave the loop in M-sized TensorArrays per
 cell, as in tick_loop, and each weight takes one product after it.
 Batch-norm statistics are summed in loop variables. Dropout masks take the
-step seed [s0, s1 + m] of micro-batch m, as in the unrolled step. The loss function is traced once: it must be a function of
-its micro-batch's outputs (and of tensors computed before the pipeline).
+step seed [s0, s1 + m] of micro-batch m, as in the unrolled step. The loss
+function is traced once: it must be a function of its micro-batch's
+outputs (and of tensors computed before the pipeline).
 """
 
 import dataclasses
@@ -46,6 +47,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline import scheduled_step
@@ -124,19 +126,6 @@ def RingDepths(tasks: Sequence[schedule.Task], kept: FrozenSet[int] = frozenset(
   return Rings(activations, gradients, loss_gradients)
 
 
-def _Specs(nest: Any) -> List[tf.TensorSpec]:
-  return [tf.TensorSpec(s.shape, s.dtype) for s in tf.nest.flatten(nest)]
-
-
-def _Zeros(specs: Sequence[tf.TensorSpec]) -> List[tf.Tensor]:
-  return [tf.zeros(s.shape, s.dtype) for s in specs]
-
-
-def _Arrays(specs: Sequence[tf.TensorSpec], size: int) -> List[tf.TensorArray]:
-  return [tf.TensorArray(s.dtype, size=size, element_shape=s.shape,
-                         clear_after_read=False) for s in specs]
-
-
 def _WriteSlots(num_clocks: int, writes: Sequence[int], depth: int) -> tf.Tensor:
   """Per clock, the slot written then: micro-batch m's m mod depth at clock
   writes[m], else the spare slot `depth`."""
@@ -144,13 +133,6 @@ def _WriteSlots(num_clocks: int, writes: Sequence[int], depth: int) -> tf.Tensor
   for m, c in enumerate(writes):
     slots[c] = m % depth
   return tf.constant(slots)
-
-
-def _Rows(array: tf.TensorArray, indices: List[int]) -> tf.Tensor:
-  """The 2-D factors at `indices`, their rows concatenated in that order
-  (one gather, whatever the number of indices)."""
-  stacked = array.gather(indices)
-  return tf.reshape(stacked, [-1, stacked.shape[-1]])
 
 
 class ScheduledLoop:
@@ -257,8 +239,8 @@ class ScheduledLoop:
       for j, runner in enumerate(self._runners):
         m = tf.constant(0)
         x = tf.nest.pack_sequence_as(self._input_struct if j == 0 else
-                                     self._out_structs[j - 1], _Zeros(in_specs[j]))
-        dy = tf.nest.pack_sequence_as(self._out_structs[j], _Zeros(out_specs[j]))
+                                     self._out_structs[j - 1], loop_arrays.Zeros(in_specs[j]))
+        dy = tf.nest.pack_sequence_as(self._out_structs[j], loop_arrays.Zeros(out_specs[j]))
         runner.Backward(MicroTheta(self._thetas[j], m), x, dy, self._decision,
                         self._num_micro)
         factors = runner.gradients.TakeFactors()
@@ -267,7 +249,7 @@ class ScheduledLoop:
       return layouts
 
     traced = tf.function(Probe, autograph=False).get_concrete_function()
-    return [[(i, _Specs(flat)) for i, flat in zip(cell_indices, cell)]
+    return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
             for cell_indices, cell in zip(indices, traced.structured_outputs)]
 
   def Run(self) -> scheduled_step.StepResult:
@@ -277,16 +259,16 @@ class ScheduledLoop:
     fwd, bwd = schedule.Phase.FORWARD, schedule.Phase.BACKWARD
     for runner in self._runners:
       runner.gradients.StartLoopStep(num_micro)
-    out_specs = [_Specs(s) for s in self._out_structs]
-    upd_specs = [_Specs(s) for s in self._update_structs]
-    in_specs = [_Specs(self._input_struct)] + out_specs[:-1]
+    out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
+    upd_specs = [loop_arrays.Specs(s) for s in self._update_structs]
+    in_specs = [loop_arrays.Specs(self._input_struct)] + out_specs[:-1]
     # The arrays written by each cell's forward and backward, and their
     # write slots per clock.
-    acts = [_Arrays(out_specs[j], rings.activations[j] + 1) for j in range(last)]
-    grads = [_Arrays(out_specs[j], rings.gradients[j] + 1) for j in range(last)]
-    dys = _Arrays(out_specs[last], rings.loss_gradients + 1)
-    outs = _Arrays(out_specs[last], num_micro + 1)
-    d_inputs = _Arrays(in_specs[0], num_micro + 1)
+    acts = [loop_arrays.Arrays(out_specs[j], rings.activations[j] + 1) for j in range(last)]
+    grads = [loop_arrays.Arrays(out_specs[j], rings.gradients[j] + 1) for j in range(last)]
+    dys = loop_arrays.Arrays(out_specs[last], rings.loss_gradients + 1)
+    outs = loop_arrays.Arrays(out_specs[last], num_micro + 1)
+    d_inputs = loop_arrays.Arrays(in_specs[0], num_micro + 1)
     act_slots = [_WriteSlots(self._num_clocks, self._Writes(fwd, j), rings.activations[j])
                  for j in range(last)]
     grad_slots = [_WriteSlots(self._num_clocks, self._Writes(bwd, j + 1), rings.gradients[j])
@@ -298,10 +280,10 @@ class ScheduledLoop:
     for j, runner in enumerate(self._runners):
       runner.gradients.ZeroAccumulators(self._thetas[j])
     factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
-    factors = [_Arrays(specs, num_micro + 1) for specs in factor_specs]
+    factors = [loop_arrays.Arrays(specs, num_micro + 1) for specs in factor_specs]
     factor_slots = [_WriteSlots(self._num_clocks, self._Writes(bwd, j), num_micro)
                     for j in range(self._num_cells)]
-    sums = [_Zeros(s) for s in upd_specs]
+    sums = [loop_arrays.Zeros(s) for s in upd_specs]
     with tf.device(self._runners[last].device):
       loss = tf.zeros([], self._loss_spec.dtype)
 
@@ -372,7 +354,7 @@ class ScheduledLoop:
             """The branch running `kind` of the device's cell at `place` (or
             idle): its pieces computed, every other piece zeros."""
             def Fn():
-              pieces = [_Zeros(s) for s in layout]
+              pieces = [loop_arrays.Zeros(s) for s in layout]
               if kind == _FORWARD:
                 pieces[2 * place] = Forward(cells[place], m, acts)
               elif kind == _BACKWARD:
@@ -427,7 +409,7 @@ class ScheduledLoop:
       pairs = {}
       with tf.device(runner.device):
         for i, specs in layouts[j]:
-          rows = [_Rows(next(flat), micro) for _ in specs]
+          rows = [loop_arrays.GatherRows(next(flat), micro) for _ in specs]
           pairs[i] = [(rows[n], rows[n + 1]) for n in range(0, len(rows), 2)]
       runner.gradients.PutFactors(pairs)
     with tf.device(self._runners[last].device):

@@ -31,6 +31,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 
@@ -45,32 +46,12 @@ def MicroTheta(theta: NestedMap, m: tf.Tensor) -> NestedMap:
   return base_layer.WithStepSeed(theta, seeds[0] + offset)
 
 
-def _Zeros(specs: Sequence[tf.TensorSpec]) -> List[tf.Tensor]:
-  return [tf.zeros(s.shape, s.dtype) for s in specs]
-
-
-def _Specs(tensors: Sequence[Any]) -> List[tf.TensorSpec]:
-  return [tf.TensorSpec(t.shape, t.dtype) for t in tensors]
-
-
-def _Arrays(specs: Sequence[tf.TensorSpec], size: int) -> List[tf.TensorArray]:
-  return [tf.TensorArray(s.dtype, size=size, element_shape=s.shape,
-                         clear_after_read=False) for s in specs]
-
-
 def _Active(m: tf.Tensor, num_micro: int) -> tf.Tensor:
   return tf.logical_and(m >= 0, m < num_micro)
 
 
 def _Clamp(m: tf.Tensor, num_micro: int) -> tf.Tensor:
   return tf.clip_by_value(m, 0, num_micro - 1)
-
-
-def _RowsOfTicks(array: tf.TensorArray, ticks: List[int]) -> tf.Tensor:
-  """The 2-D factors written at `ticks`, their rows concatenated in that
-  order (one gather, whatever the number of ticks)."""
-  stacked = array.gather(ticks)
-  return tf.reshape(stacked, [-1, stacked.shape[-1]])
 
 
 class TickLoop:
@@ -134,9 +115,9 @@ class TickLoop:
     statistics summed over micro-batches."""
     out_flat = [tf.nest.flatten(s) for s in self._out_structs]
     upd_flat = [tf.nest.flatten(s) for s in self._update_structs]
-    arrays = [_Arrays(specs, self._ticks) for specs in out_flat]
-    registers = [_Zeros(specs) for specs in out_flat]
-    sums = [_Zeros(specs) for specs in upd_flat]
+    arrays = [loop_arrays.Arrays(specs, self._ticks) for specs in out_flat]
+    registers = [loop_arrays.Zeros(specs) for specs in out_flat]
+    sums = [loop_arrays.Zeros(specs) for specs in upd_flat]
 
     def Body(t, registers, arrays, sums):
       new_registers, new_arrays, new_sums = [], [], []
@@ -153,7 +134,7 @@ class TickLoop:
             return tf.nest.flatten(out) + tf.nest.flatten(upd)
 
           def Idle(k=k):
-            return _Zeros(out_flat[k]) + _Zeros(upd_flat[k])
+            return loop_arrays.Zeros(out_flat[k]) + loop_arrays.Zeros(upd_flat[k])
 
           result = tf.cond(_Active(m, self._num_micro), Run, Idle)
           outs, upds = result[:len(out_flat[k])], result[len(out_flat[k]):]
@@ -201,7 +182,7 @@ class TickLoop:
 
     del output_grads
     traced = tf.function(Probe, autograph=False).get_concrete_function()
-    return [[(i, _Specs(flat)) for i, flat in zip(cell_indices, cell)]
+    return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
             for cell_indices, cell in zip(indices, traced.structured_outputs)]
 
   def Backward(self, stash: List[List[tf.TensorArray]],
@@ -219,14 +200,14 @@ class TickLoop:
     for k, runner in enumerate(self._runners):
       runner.gradients.ZeroAccumulators(self._thetas[k])
     factor_specs = [[s for _, specs in cell for s in specs] for cell in layouts]
-    factor_arrays = [_Arrays(specs, self._ticks) for specs in factor_specs]
+    factor_arrays = [loop_arrays.Arrays(specs, self._ticks) for specs in factor_specs]
     with tf.device(self._runners[last].device):
       stacked_dys = [tf.stack(list(column)) for column in zip(*output_grads)]
     in_flat = [tf.nest.flatten(self._input_struct)] + [
         tf.nest.flatten(s) for s in self._out_structs[:-1]]
-    in_specs = [_Specs(x) for x in in_flat]
-    grad_arrays = _Arrays(in_specs[0], self._ticks)
-    registers = [_Zeros(specs) for specs in in_specs[1:]]  # d(inputs of cell k>0)
+    in_specs = [loop_arrays.Specs(x) for x in in_flat]
+    grad_arrays = loop_arrays.Arrays(in_specs[0], self._ticks)
+    registers = [loop_arrays.Zeros(specs) for specs in in_specs[1:]]  # d(inputs of cell k>0)
 
     def Body(t, registers, grad_arrays, factor_arrays):
       new_registers: List[Any] = [None] * (self._num_cells - 1)
@@ -251,7 +232,8 @@ class TickLoop:
                         t for i in sorted(factors) for pair in factors[i] for t in pair]
 
           def Idle(x=x, k=k):
-            return [tf.zeros_like(v) for v in tf.nest.flatten(x)] + _Zeros(factor_specs[k])
+            return ([tf.zeros_like(v) for v in tf.nest.flatten(x)] +
+                    loop_arrays.Zeros(factor_specs[k]))
 
           result = tf.cond(_Active(m, num_micro), Run, Idle)
           num_dx = len(tf.nest.flatten(x))
@@ -273,7 +255,7 @@ class TickLoop:
       factors = {}
       with tf.device(runner.device):
         for i, specs in layouts[k]:
-          arrays = [_RowsOfTicks(next(flat), ticks) for _ in specs]
+          arrays = [loop_arrays.GatherRows(next(flat), ticks) for _ in specs]
           factors[i] = [(arrays[j], arrays[j + 1]) for j in range(0, len(arrays), 2)]
       runner.gradients.PutFactors(factors)
     # Cell 0 runs micro-batch m at tick K-1 + M-1-m.
