@@ -37,7 +37,7 @@ import dataclasses
 import glob
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from lingvo_pipe.pipeline import scope_names
 
@@ -243,21 +243,28 @@ def _ScopeNumber(segment: str) -> int:
   return int(number) if number.isdigit() else 0
 
 
+def _PartitionOps(events: List[Event]) -> Iterator[Tuple[Tuple[int, int], int, str, Event]]:
+  """(step and loop iteration, partition, node name, event) of each kernel a
+  partition's own executor ran, transfers (_Send, _Recv) left out: they
+  also run in the dead last iteration of a loop."""
+  for e in events:
+    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
+      continue
+    process = e.parent
+    if process is not None:
+      step = (process.stats['id'], process.stats.get('iter_num', 0))
+      yield step, process.stats['_c'], e.name.split(':')[0], e
+
+
 def WeightGradientCalls(events: List[Event]) -> List[Call]:
   """Per step (and loop iteration) and partition, the kernels its own
   executor ran under WEIGHT_GRADIENTS_SCOPE (a cell's step gradients after
   its last backward), as one Call with `scope` set; transfers left out."""
   calls: Dict[Tuple[Tuple[int, int], int], Call] = {}
-  for e in events:
-    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
-      continue
-    scopes = e.name.split(':')[0].split('/')[:-1]
-    process = e.parent
-    if process is None or not any(_WEIGHT_GRADIENTS_SEGMENT.fullmatch(s) for s in scopes):
-      continue
-    step = (process.stats['id'], process.stats.get('iter_num', 0))
-    key = (step, process.stats['_c'])
-    calls.setdefault(key, Call(step, key[1], scope=WEIGHT_GRADIENTS_SCOPE)).events.append(e)
+  for step, partition, node, e in _PartitionOps(events):
+    if any(_WEIGHT_GRADIENTS_SEGMENT.fullmatch(s) for s in node.split('/')[:-1]):
+      calls.setdefault((step, partition),
+                       Call(step, partition, scope=WEIGHT_GRADIENTS_SCOPE)).events.append(e)
   return list(calls.values())
 
 
@@ -269,15 +276,10 @@ def KeptScopeCalls(events: List[Event]) -> List[Call]:
   n-th kept backward scope joins the backward of its n-th kept forward
   scope (see the module docstring)."""
   groups: Dict[Tuple[Tuple[int, int], int, str, str], List[Event]] = {}
-  for e in events:
-    if not _IsOp(e) or e.name.endswith((':_Send', ':_Recv')):
-      continue  # transfers also run in the dead last iteration of a loop
-    kept = KeptScope(e.name.split(':')[0])
-    process = e.parent
-    if kept is None or process is None:
-      continue
-    step = (process.stats['id'], process.stats.get('iter_num', 0))
-    groups.setdefault((step, process.stats['_c']) + kept, []).append(e)
+  for step, partition, node, e in _PartitionOps(events):
+    kept = KeptScope(node)
+    if kept is not None:
+      groups.setdefault((step, partition) + kept, []).append(e)
   segments: Dict[Tuple[Tuple[int, int], int, bool], List[str]] = {}
   for step, partition, _, segment in groups:
     own = segments.setdefault(
