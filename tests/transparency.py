@@ -66,7 +66,8 @@ def LayerParams(p: hyperparams.Params
 
 class Reference:
   """The pipeline's layers, rebuilt from its params and applied one after
-  another to each micro-batch (step seed [step, m] in micro-batch m, batch
+  another to each micro-batch (step seed [step, index of its first
+  example] in each micro-batch, batch
   norm on the micro-batch), without the pipeline's machinery.
 
   A dropout mask is a function of the layer's path, so each layer is built
@@ -108,12 +109,14 @@ class Reference:
   def Forward(self, inputs: Sequence[tf.Tensor], num_micro: int, step: int) -> Any:
     """The outputs for `inputs` split into num_micro micro-batches."""
     outs = []
+    split = [i for i in range(len(inputs)) if i not in self.broadcast]
+    micro_size = tf.nest.flatten(inputs[split[0]])[0].shape[self.batch_dim] // num_micro
     for m, micro in enumerate(_Split(inputs, num_micro, self.batch_dim,
                                       self.broadcast)):
       h = tuple(micro)
       for layer in self.layers:
         self._RecordBatchNormInput(layer, h)
-        theta = base_layer.WithStepSeed(layer.theta, [step, m])
+        theta = base_layer.WithStepSeed(layer.theta, [step, m * micro_size])
         h = containers.AsTuple(layer.FProp(theta, *h))
       outs.append(h)
     return containers.UnwrapSingle(_Merge(outs, self.batch_dim, self.summed))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -43,8 +43,11 @@ def IsEvalMode() -> bool:
 def WithStepSeed(theta: NestedMap, step_seed: Any) -> NestedMap:
   """Returns theta with every random layer's step seed set to `step_seed`.
 
-  `step_seed` is an int64 vector of two elements, e.g. [global_step,
-  micro_batch]. Dropout masks are a pure function of it and the layer path.
+  `step_seed` is an int64 vector of two elements: [global_step, index in
+  the global batch of the first example the inputs hold]. A dropout mask
+  is a pure function of the global step, the layer path and each
+  example's index (DropoutLayer), so a pipeline gives micro-batch m the
+  index of its first example and splitting the batch changes no mask.
   """
   step_seed = tf.cast(tf.convert_to_tensor(step_seed), tf.int64)
   return _ReplaceStepSeed(theta, step_seed)
@@ -156,11 +159,14 @@ class BaseLayer(tf.Module):
 
   def CreateChildren(self, name: str,
                      params: Union[Sequence[hyperparams.Params],
-                                   Dict[str, hyperparams.Params]]) -> Any:
+                                   Dict[str, hyperparams.Params]],
+                     devices: Optional[Sequence[str]] = None) -> Any:
     """Builds a list (or dict) of sublayers as attribute `name`.
 
     A child whose params.name is empty or shared with a sibling is named
     '<name>_<index or key>', so every variable path stays unique.
+    `devices`, if given, names per child (in order) the device its
+    variables are created on.
     """
     self._CheckConstructing('CreateChildren', name)
     self._CheckNewName(name)
@@ -170,11 +176,17 @@ class BaseLayer(tf.Module):
       for key in params:
         _CheckThetaKey(key, f'{self.path}/{name}')
     given = [_GivenName(p) for _, p in items]
+    if devices is not None and len(devices) != len(items):
+      raise ValueError(f'CreateChildren({name!r}) in {self.path!r}: '
+                       f'{len(devices)} devices for {len(items)} children.')
     built = []
-    for (key, p), child_name in zip(items, given):
+    for index, ((key, p), child_name) in enumerate(zip(items, given)):
       if not child_name or given.count(child_name) > 1:
         child_name = f'{name}_{key}'
-      built.append((key, self._BuildChild(child_name, p)))
+      placement = (tf.device(devices[index]) if devices is not None
+                   else contextlib.nullcontext())
+      with placement:
+        built.append((key, self._BuildChild(child_name, p)))
     children: Any = dict(built) if isinstance(params, dict) else [c for _, c in built]
     self._child_names.append(name)
     setattr(self, name, children)

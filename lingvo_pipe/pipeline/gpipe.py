@@ -31,6 +31,8 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_compilation
 from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import cells
+from lingvo_pipe.pipeline.cells import CellParams
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import micro_batch
@@ -131,10 +133,18 @@ class PipeliningLayer(base_layer.BaseLayer):
              '(pipeline/cell_compilation.py says what stays outside).')
     return p
 
+  # The cells are views of the layers (cells.CellView) and the runners
+  # hold traced functions: neither is part of the model's variables.
+  _TF_MODULE_IGNORED_PROPERTIES = frozenset(
+      ('_cells', '_cell_layer_indices', '_runners', '_replica_runners')).union(
+          base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
+
   def __init__(self, params: hyperparams.Params) -> None:
     super().__init__(params)
     p = self.params
     cell_params = CellParams(p)
+    layer_params, layer_runs = cells.LogicalLayers(p)
+    self.__dict__['_cell_layer_indices'] = layer_runs
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
     self.num_devices = _NumDevices(p, len(cell_params))
@@ -148,20 +158,35 @@ class PipeliningLayer(base_layer.BaseLayer):
                             for row in stage_devices]
     self.devices = self.replica_devices[0]
     self.num_cells = len(cell_params)
-    runners = []
+    # The layers are the pipeline's own, named and initialized by their
+    # place in the unpartitioned network; each on its cell's device.
+    layer_devices = [''] * len(layer_params)
+    for k, run in enumerate(self._cell_layer_indices):
+      for i in run:
+        layer_devices[i] = self.devices[k].name
+    self.CreateChildren('layers', layer_params, devices=layer_devices)
+    with self.name_scope:
+      views = [cells.CellView(cp, [self.layers[i] for i in run])
+               for cp, run in zip(cell_params, self._cell_layer_indices)]
+    self.__dict__['_cells'] = views
     jit = cell_compilation.Compiles(p.jit_compile, self.fprop_dtype)
-    for k, (cp, device) in enumerate(zip(cell_params, self.devices)):
-      with tf.device(device.name):
-        cell = self.CreateChild(f'cell_{k}', cp)
-      runners.append(cell_runner.CellRunner(cell, device.name, jit))
-    self.__dict__['_runners'] = runners
-    self.__dict__['_replica_runners'] = [runners] + [
-        [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(self.cells, row)]
-        for row in self.replica_devices[1:]]
+    self.__dict__['_replica_runners'] = [
+        [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(views, row)]
+        for row in self.replica_devices]
+    self.__dict__['_runners'] = self._replica_runners[0]
 
   @property
   def cells(self) -> List[base_layer.BaseLayer]:
-    return [getattr(self, f'cell_{k}') for k in range(self.num_cells)]
+    """The cells, views of runs of self.layers (cells.CellView)."""
+    return list(self._cells)
+
+  def CellLayerIndices(self) -> List[List[int]]:
+    """For each cell, the indices of its layers in self.layers."""
+    return [list(run) for run in self._cell_layer_indices]
+
+  def CellThetas(self, theta: NestedMap) -> List[NestedMap]:
+    """Each cell's theta, from the pipeline's theta (its layers')."""
+    return [cells.CellTheta(theta.layers, run) for run in self._cell_layer_indices]
 
   def _CheckMicroBatching(self, cell_params: List[hyperparams.Params]) -> None:
     """Checks M, and with input_shapes the cell boundaries and the
@@ -180,7 +205,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
     num_micro = micro_batch.NumMicroBatches(
         self.params, self._contract.InputLayout(inputs).batch_size)
-    thetas = [self._ReadTheta(theta[f'cell_{k}'], k) for k in range(self.num_cells)]
+    thetas = [self._ReadTheta(t, k) for k, t in enumerate(self.CellThetas(theta))]
     if base_layer.IsEvalMode():
       outputs = self._ForwardOnly(thetas, inputs, num_micro)
     else:
@@ -216,7 +241,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     """
     num_micro = micro_batch.NumMicroBatches(
         self.params, self._contract.InputLayout(inputs).batch_size)
-    thetas = [self._ReadTheta(theta[f'cell_{k}'], k) for k in range(self.num_cells)]
+    thetas = [self._ReadTheta(t, k) for k, t in enumerate(self.CellThetas(theta))]
     if base_layer.IsEvalMode():
       micro = self._contract.SplitInputs(inputs, num_micro)
       tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
@@ -243,8 +268,10 @@ class PipeliningLayer(base_layer.BaseLayer):
         cast.append(precision.CastTheta(self.cells[k], theta))
     return cast
 
-  def _MicroTheta(self, theta: NestedMap, m: int) -> NestedMap:
-    """Cell theta for micro-batch m: step seeds [s0, s1 + m].
+  def _MicroTheta(self, theta: NestedMap, first_example: Any) -> NestedMap:
+    """Cell theta for the micro-batch whose first example has index
+    `first_example` in the global batch: step seeds [s0, first_example]
+    (base_layer.WithStepSeed).
 
     The seed passes through PlaceholderWithDefault, which Grappler never
     folds: from a constant step seed (none set, or Python numbers) each
@@ -253,11 +280,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     copies of the cells' functions, which doubles the first step
     (docs/benchmarks/profiles.md, 'Figures behind the code').
     """
-    seeds = [v for k, v in theta.FlattenItems()
-             if k.split('.')[-1] == base_layer.STEP_SEED_KEY]
-    if not seeds:
+    seed = tick_loop.MicroSeed(theta, first_example)
+    if seed is None:
       return theta
-    seed = seeds[0] + tf.constant([0, m], tf.int64)
     return base_layer.WithStepSeed(
         theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
 
@@ -275,6 +300,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     devices = self.replica_devices[replica]
     runners = self._replica_runners[replica]
     num_micro = len(micro_inputs)
+    micro_size = self._contract.InputLayout(micro_inputs[0]).batch_size
     tasks: Dict[Tuple[int, int], _Task] = {}
     updates: List[List[NestedMap]] = [[] for _ in range(self.num_cells)]
     previous: Dict[int, List[Any]] = {}
@@ -283,7 +309,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       k, m = task.cell, task.micro_batch
       x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
       with tf.device(devices[k].name):
-        theta = self._MicroTheta(thetas[k], replica * num_micro + m)
+        theta = self._MicroTheta(thetas[k], (replica * num_micro + m) * micro_size)
       decision = (remat.Decide(p.remat, p.remat_last_micro_batch, m, num_micro)
                   if training else None)
       with _After(previous.get(k)):
@@ -354,11 +380,12 @@ class PipeliningLayer(base_layer.BaseLayer):
     def Pipeline(step_inputs, cell_thetas):
       with tf.device(first):
         micro = self._contract.SplitInputs(step_inputs, num_micro)
+      micro_size = self._contract.InputLayout(micro[0]).batch_size
       loop = tick_loop.TickLoop(self._runners, self._ComputeThetas(cell_thetas), micro,
+                                micro_size,
                                 self.params.remat)
       last_outputs, stash, summed = loop.Forward()
       per_micro = loop.LastOutputs(last_outputs)
-      micro_size = self._contract.InputLayout(micro[0]).batch_size
       with tf.device(last):
         outputs = self._contract.MergeOutputs(per_micro, micro_size)
       self._ApplyCellUpdates(summed)
@@ -400,19 +427,19 @@ class PipeliningLayer(base_layer.BaseLayer):
         micro = self._contract.SplitInputs(step_inputs, num_micro)
 
       compute_thetas = self._ComputeThetas(cell_thetas)
+      micro_size = self._contract.InputLayout(micro[0]).batch_size
 
       def MicroTheta(k: int, m: int) -> NestedMap:
         with tf.device(devices[k]):
-          return self._MicroTheta(compute_thetas[k], m)
+          return self._MicroTheta(compute_thetas[k], m * micro_size)
 
       if tick_loop.Applicable(num_micro, p.loop_min_micro_batches):
         result = scheduled_loop.ScheduledLoop(
             self._runners, devices[:self.num_devices], tasks, compute_thetas, micro,
-            p.remat, p.remat_last_micro_batch, loss_fn).Run()
+            micro_size, p.remat, p.remat_last_micro_batch, loss_fn).Run()
       else:
         result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
                                         tasks, micro, MicroTheta, decisions, loss_fn)
-      micro_size = self._contract.InputLayout(micro[0]).batch_size
       with tf.device(devices[-1]):
         outputs = self._contract.MergeOutputs(result.last_outputs, micro_size)
       with tf.device(devices[0]):
@@ -528,56 +555,6 @@ def _NumDevices(p: hyperparams.Params, num_cells: int) -> int:
   num_micro = p.num_micro_batches if not p.micro_batch_size else None
   schedule.CheckShape(p.schedule, num_devices, num_micro or num_devices, v)
   return num_devices
-
-
-def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
-  """The params of each cell, from cell_tpl or by partitioning layers."""
-  if p.cell_tpl and p.layers:
-    raise ValueError(f'PipeliningLayer {p.name!r}: set either cell_tpl '
-                     f'({len(p.cell_tpl)} cells) or layers ({len(p.layers)} '
-                     'layers), not both.')
-  if p.cell_tpl:
-    cells = list(p.cell_tpl)
-  elif p.layers:
-    cells = _PartitionLayers(p)
-  else:
-    raise ValueError(f'PipeliningLayer {p.name!r} has no cells: set cell_tpl '
-                     'or layers (with num_partitions or splits).')
-  # Base params (dtype, fprop_dtype...) as the cells will inherit them when
-  # built: FPropMeta, the boundary checks and the planner read them.
-  inherited = []
-  for cp in cells:
-    cp = cp.Copy()
-    base_layer.InheritBaseParams(cp, p)
-    inherited.append(base_layer.WithInheritedBaseParams(cp))
-  cells = inherited
-  for k, cp in enumerate(cells):
-    if 'sub' in cp and not cp.sub:
-      raise ValueError(f'PipeliningLayer {p.name!r}: cell {k} is empty; every '
-                       'cell needs at least one layer.')
-  return cells
-
-
-def _PartitionLayers(p: hyperparams.Params) -> List[hyperparams.Params]:
-  layers = list(p.layers)
-  if p.splits:
-    splits = partition.CheckSplits(p.splits, len(layers))
-    if p.num_partitions and p.num_partitions != len(splits) + 1:
-      raise ValueError(f'splits {list(p.splits)} make {len(splits) + 1} cells '
-                       f'but num_partitions is {p.num_partitions}.')
-  else:
-    if p.num_partitions < 1:
-      raise ValueError(f'PipeliningLayer {p.name!r}: num_partitions '
-                       f'({p.num_partitions}) must be >= 1 (or give splits).')
-    if p.input_shapes is None:
-      raise ValueError(f'PipeliningLayer {p.name!r}: the automatic partition '
-                       'needs input_shapes (one shape per input, batch '
-                       'included) to cost the layers; set p.input_shapes or '
-                       'give p.splits.')
-    costs = partition.LayerCosts(layers, p.input_shapes, p.cost)
-    splits = partition.BalancedSplits(costs, p.num_partitions)
-  return [containers.SequentialLayer.Params().Set(name=f'cell_{k}', sub=sub)
-          for k, sub in enumerate(partition.SplitLayers(layers, splits))]
 
 
 def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], shapes: tuple) -> Any:

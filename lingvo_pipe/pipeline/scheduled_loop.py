@@ -34,7 +34,8 @@ says which weights defer wholly); under PER_CELL the projections' deferred
 factor pairs (deferred_grads) leave the loop in M-sized TensorArrays per
 cell, as in tick_loop, and each weight takes one product after it.
 Batch-norm statistics are summed in loop variables. Dropout masks take the
-step seed [s0, s1 + m] of micro-batch m, as in the unrolled step. The loss
+step seed [s0, m * micro-batch size] of micro-batch m, as in the unrolled
+step. The loss
 function is traced once: it must be a function of its micro-batch's
 outputs (and of tensors computed before the pipeline).
 """
@@ -145,6 +146,7 @@ class ScheduledLoop:
     tasks: schedule.Tasks of the schedule.
     thetas: each cell's theta (read on its device).
     micro_inputs: the pipeline's inputs of each micro-batch.
+    micro_size: examples per micro-batch (dropout masks index examples).
     policy: the pipeline's RematPolicy (PER_LAYER recomputes per layer).
     remat_last_micro_batch: the pipeline's: recompute the last cell's
       micro-batches that KeptLastMicroBatches would keep.
@@ -154,6 +156,7 @@ class ScheduledLoop:
   def __init__(self, runners: Sequence[cell_runner.CellRunner],
                devices: Sequence[str], tasks: Sequence[schedule.Task],
                thetas: Sequence[NestedMap], micro_inputs: Sequence[tuple],
+               micro_size: int,
                policy: remat.RematPolicy, remat_last_micro_batch: bool,
                loss_fn: scheduled_step.MicroLossFn) -> None:
     self._runners = list(runners)
@@ -161,6 +164,7 @@ class ScheduledLoop:
     self._thetas = list(thetas)
     self._loss_fn = loss_fn
     self._num_micro = len(micro_inputs)
+    self._micro_size = micro_size
     self._num_cells = len(runners)
     self._input_struct = micro_inputs[0]
     self._decision = remat.Decision(
@@ -195,6 +199,10 @@ class ScheduledLoop:
       flat = [tf.nest.flatten(x) for x in micro_inputs]
       self._stacked_inputs = [tf.stack(list(column)) for column in zip(*flat)]
     self._out_structs, self._update_structs, self._loss_spec = self._Structures()
+
+  def _MicroTheta(self, k: int, m: tf.Tensor) -> NestedMap:
+    """Cell k's theta for micro-batch m (tick_loop.MicroTheta)."""
+    return MicroTheta(self._thetas[k], m * self._micro_size)
 
   def _Structures(self) -> Tuple[List[Any], List[Any], tf.TensorSpec]:
     """Each cell's output and statistics structures and the loss's spec,
@@ -241,7 +249,7 @@ class ScheduledLoop:
         x = tf.nest.pack_sequence_as(self._input_struct if j == 0 else
                                      self._out_structs[j - 1], loop_arrays.Zeros(in_specs[j]))
         dy = tf.nest.pack_sequence_as(self._out_structs[j], loop_arrays.Zeros(out_specs[j]))
-        runner.Backward(MicroTheta(self._thetas[j], m), x, dy, self._decision,
+        runner.Backward(self._MicroTheta(j, m), x, dy, self._decision,
                         self._num_micro)
         factors = runner.gradients.TakeFactors()
         indices.append(sorted(factors))
@@ -292,7 +300,7 @@ class ScheduledLoop:
       for the last cell, the loss and output gradients."""
       with tf.device(self._runners[j].device):
         out, upd, _ = self._runners[j].Forward(
-            MicroTheta(self._thetas[j], m), self._Inputs(j, m, acts))
+            self._MicroTheta(j, m), self._Inputs(j, m, acts))
         result = tf.nest.flatten(out) + tf.nest.flatten(upd)
         if j == last:
           micro_loss, dy = scheduled_step._LossAndOutputGrads(self._loss_fn, out)  # pylint: disable=protected-access
@@ -308,7 +316,7 @@ class ScheduledLoop:
             grads[j], rings.gradients[j])
         dy = tf.nest.pack_sequence_as(self._out_structs[j],
                                       [a.read(m % depth) for a in ring])
-        dx = self._runners[j].Backward(MicroTheta(self._thetas[j], m), x, dy,
+        dx = self._runners[j].Backward(self._MicroTheta(j, m), x, dy,
                                        self._decision, num_micro)
         factors = self._runners[j].gradients.TakeFactors()
         return [tf.zeros_like(v) if g is None else g
@@ -321,7 +329,7 @@ class ScheduledLoop:
       runner = self._runners[last]
       with tf.device(runner.device):
         x = self._Inputs(last, m, acts)
-        out, upd, recording = runner.Forward(MicroTheta(self._thetas[last], m), x,
+        out, upd, recording = runner.Forward(self._MicroTheta(last, m), x,
                                              self._kept_decision, num_micro)
         micro_loss, dy = scheduled_step._LossAndOutputGrads(self._loss_fn, out)  # pylint: disable=protected-access
         dx = runner.BackwardFromTape(recording, x, out,

@@ -20,11 +20,11 @@ accumulators (CellGradients.StartLoopStep, ZeroAccumulators); under
 PER_CELL the projections' deferred factor pairs (deferred_grads) leave the
 loop in tick-indexed TensorArrays too, and each weight takes one product
 after it. Batch-norm statistics are summed in loop variables. Dropout
-masks take the step seed [s0, s1 + m] of micro-batch m, as in the unrolled
-emission.
+masks take the step seed [s0, m * micro-batch size] of micro-batch m, as
+in the unrolled emission.
 """
 
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -36,14 +36,22 @@ from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 
 
-def MicroTheta(theta: NestedMap, m: tf.Tensor) -> NestedMap:
-  """Cell theta for micro-batch `m` (a tensor): step seeds [s0, s1 + m]."""
+def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
+  """The step seed [s0, first_example] of a micro-batch whose first example
+  has index `first_example` in the global batch (base_layer.WithStepSeed);
+  None if no layer of theta uses a step seed."""
   seeds = [v for k, v in theta.FlattenItems()
            if k.split('.')[-1] == base_layer.STEP_SEED_KEY]
   if not seeds:
-    return theta
-  offset = tf.stack([tf.constant(0, tf.int64), tf.cast(m, tf.int64)])
-  return base_layer.WithStepSeed(theta, seeds[0] + offset)
+    return None
+  return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])
+
+
+def MicroTheta(theta: NestedMap, first_example: tf.Tensor) -> NestedMap:
+  """Cell theta for the micro-batch whose first example is `first_example`
+  (a tensor) of the global batch."""
+  seed = MicroSeed(theta, first_example)
+  return theta if seed is None else base_layer.WithStepSeed(theta, seed)
 
 
 def _Active(m: tf.Tensor, num_micro: int) -> tf.Tensor:
@@ -62,16 +70,19 @@ class TickLoop:
     runners: the cells' CellRunners, by cell.
     thetas: each cell's theta (read on its device).
     micro_inputs: the pipeline's inputs of each micro-batch.
+    micro_size: examples per micro-batch (dropout masks index examples).
     policy: the pipeline's RematPolicy (PER_LAYER recomputes per layer;
       every other policy recomputes each cell whole).
   """
 
   def __init__(self, runners: Sequence[cell_runner.CellRunner],
                thetas: Sequence[NestedMap], micro_inputs: Sequence[tuple],
+               micro_size: int,
                policy: remat.RematPolicy) -> None:
     self._runners = list(runners)
     self._thetas = list(thetas)
     self._num_micro = len(micro_inputs)
+    self._micro_size = micro_size
     self._num_cells = len(runners)
     self._ticks = self._num_micro + self._num_cells - 1
     self._input_struct = micro_inputs[0]
@@ -83,6 +94,10 @@ class TickLoop:
       self._stacked_inputs = [tf.stack(list(column)) for column in zip(*flat)]
     # Each cell's output structure, from a throwaway trace of the chain.
     self._out_structs, self._update_structs = self._Structures(micro_inputs[0])
+
+  def _MicroTheta(self, k: int, m: tf.Tensor) -> NestedMap:
+    """Cell k's theta for micro-batch m (tick_loop.MicroTheta)."""
+    return MicroTheta(self._thetas[k], m * self._micro_size)
 
   def _Structures(self, inputs: tuple) -> Tuple[List[Any], List[Any]]:
     def Chain():
@@ -130,7 +145,7 @@ class TickLoop:
             x = tf.nest.pack_sequence_as(self._out_structs[k - 1], registers[k - 1])
 
           def Run(k=k, runner=runner, x=x, m=m):
-            out, upd, _ = runner.Forward(MicroTheta(self._thetas[k], m), x)
+            out, upd, _ = runner.Forward(self._MicroTheta(k, m), x)
             return tf.nest.flatten(out) + tf.nest.flatten(upd)
 
           def Idle(k=k):
@@ -173,7 +188,7 @@ class TickLoop:
         dy = tf.nest.pack_sequence_as(
             self._out_structs[k], [tf.zeros(s.shape, s.dtype)
                                    for s in tf.nest.flatten(self._out_structs[k])])
-        runner.Backward(MicroTheta(self._thetas[k], m), x, dy, self._decision,
+        runner.Backward(self._MicroTheta(k, m), x, dy, self._decision,
                         self._num_micro)
         factors = runner.gradients.TakeFactors()
         indices.append(sorted(factors))
@@ -224,7 +239,7 @@ class TickLoop:
           dy = tf.nest.pack_sequence_as(self._out_structs[k], dy_flat)
 
           def Run(k=k, runner=runner, x=x, dy=dy, m=m):
-            dx = runner.Backward(MicroTheta(self._thetas[k], m), x, dy,
+            dx = runner.Backward(self._MicroTheta(k, m), x, dy,
                                  self._decision, num_micro)
             factors = runner.gradients.TakeFactors()
             return [tf.zeros_like(v) if g is None else g

@@ -17,11 +17,15 @@ class DropoutLayer(base_layer.BaseLayer):
   scales the kept ones by 1 / keep_prob, so the expected output is the input.
   Identity in eval mode (base_layer.EvalMode) and for keep_prob = 1.
 
-  The mask is a pure function of theta.step_seed (set by the caller with
-  base_layer.WithStepSeed, e.g. to [global_step, micro_batch]), the layer's
-  path and p.random_seed, drawn with stateless random ops. So recomputing a
-  pipeline cell reproduces the forward pass's mask exactly, every step and
-  micro-batch draws a new mask, and two dropout layers draw different ones.
+  The mask is a pure function of the global step, the layer's path,
+  p.random_seed and each example's index in the global batch, drawn with
+  stateless random ops: theta.step_seed is [global step, index of the
+  inputs' first example] (base_layer.WithStepSeed). Each example's values
+  come from its own run of Philox counters, so the mask of examples i..j
+  is the same whether they arrive in one batch or split into micro-batches
+  or replicas: M, R, K and the schedule change no mask. Recomputing a
+  pipeline cell reproduces its forward's mask, every step draws new masks,
+  and two dropout layers draw different ones.
 
   A value is kept where 32 random bits (Philox), read as an int32, fall
   below the threshold round(keep_prob * 2^32) - 2^31. The bits are the same
@@ -40,6 +44,9 @@ class DropoutLayer(base_layer.BaseLayer):
     p.Define('noise_shape_broadcast_dims', None,
              'Dims along which one mask value is shared (e.g. [1] for the '
              'time axis of [batch, time, dim]); None: a value per element.')
+    p.Define('example_axis', 0, 'The axis of the inputs that indexes '
+             'examples: masks are drawn per example along it. 1 for '
+             "time-major inputs (a PipeliningLayer's batch_dim=1).")
     return p
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -57,22 +64,44 @@ class DropoutLayer(base_layer.BaseLayer):
     dims = _BroadcastDims(p, inputs.shape.rank)
     if p.keep_prob == 1.0 or base_layer.IsEvalMode():
       return inputs
-    full_shape = tf.shape(inputs)
-    broadcast = tf.constant([i in dims for i in range(inputs.shape.rank)],
-                            dtype=tf.bool)
-    noise_shape = tf.where(broadcast, tf.ones_like(full_shape), full_shape)
-    bits = tf.random.stateless_uniform(noise_shape, self._MaskSeed(theta),
-                                       minval=None, maxval=None,
-                                       dtype=tf.int32, alg=_ALG)
-    keep = tf.cast(bits < _KeepThreshold(p.keep_prob), inputs.dtype)
+    keep = tf.cast(self._KeepBits(theta, inputs, dims) < _KeepThreshold(p.keep_prob),
+                   inputs.dtype)
     return inputs * (keep * (1.0 / p.keep_prob))
 
-  def _MaskSeed(self, theta: NestedMap) -> tf.Tensor:
-    """The stateless seed of this layer's mask for theta.step_seed."""
+  def _KeepBits(self, theta: NestedMap, inputs: tf.Tensor,
+                dims: Set[int]) -> tf.Tensor:
+    """Random int32 bits of the mask's shape (1 along broadcast dims).
+
+    Example e of the global batch reads Philox counters e*G .. e*G + G - 1
+    (G counters of 4 values each hold one example's mask values), so the
+    bits of examples first..first+n-1 are one draw from counter first*G.
+    """
+    rank, axis = inputs.shape.rank, self.params.example_axis
+    if rank is None or not 0 <= axis < rank:
+      raise ValueError(f'DropoutLayer {self.path!r}: p.example_axis={axis} is '
+                       f'not an axis of its inputs of rank {rank}.')
+    shape = tf.shape(inputs, out_type=tf.int64)
+    one = tf.constant(1, tf.int64)
+    noise = [one if i in dims else shape[i] for i in range(rank)]
+    order = [axis] + [i for i in range(rank) if i != axis]  # examples first
+    per_example = tf.reduce_prod(tf.stack([noise[i] for i in order[1:]] + [one]))
+    counters = (per_example + 3) // 4
     step_seed = tf.cast(theta[base_layer.STEP_SEED_KEY], tf.int64)
+    first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
+    key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=self._MaskSeed(step_seed))
+    counter = tf.cast(tf.stack([first * counters, tf.constant(0, tf.int64)]), tf.uint64)
+    bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=tf.reshape(noise[axis] * counters * 4, [1]), key=key,
+        counter=counter, alg=_PHILOX, dtype=tf.int32)
+    bits = tf.reshape(bits, tf.stack([noise[axis], counters * 4]))[:, :per_example]
+    bits = tf.reshape(bits, tf.stack([noise[i] for i in order]))
+    return tf.transpose(bits, [order.index(i) for i in range(rank)]) if axis else bits
+
+  def _MaskSeed(self, step_seed: tf.Tensor) -> tf.Tensor:
+    """The stateless seed of this layer's masks in global step step_seed[0]."""
     path_hash = zlib.crc32(self.path.encode('utf-8'))
-    seed = tf.random.experimental.stateless_fold_in(step_seed, path_hash,
-                                                    alg=_ALG)
+    seed = tf.random.experimental.stateless_fold_in(
+        tf.stack([step_seed[0], tf.constant(0, tf.int64)]), path_hash, alg=_ALG)
     return tf.random.experimental.stateless_fold_in(
         seed, self.params.random_seed or 0, alg=_ALG)
 
@@ -96,8 +125,10 @@ class DropoutLayer(base_layer.BaseLayer):
 
 
 # The RNG of the masks, named rather than auto-selected: XLA's choice of
-# algorithm may differ from TensorFlow's kernels'.
+# algorithm may differ from TensorFlow's kernels'. _PHILOX is its number in
+# the raw ops.
 _ALG = 'philox'
+_PHILOX = 1
 
 
 def _KeepThreshold(keep_prob: float) -> tf.Tensor:

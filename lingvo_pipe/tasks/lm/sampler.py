@@ -75,9 +75,11 @@ class CachedSampler:
     self.batch_size = batch_size
     self.window = window or stack.params.seq_len
     self.cells: List[Tuple[str, List[_Layer]]] = []
-    for k, cell in enumerate(stack.pipeline.cells):
+    pipeline = stack.pipeline
+    for k, run in enumerate(pipeline.CellLayerIndices()):
       layers = []
-      for i, layer in enumerate(cell.sub):
+      for i in run:
+        layer = pipeline.layers[i]
         if not isinstance(layer, (lm_layers.TokenEmbeddingStage, lm_layers.SoftmaxStage,
                                   pipelined_model.CarryLayer)) or (
             isinstance(layer, pipelined_model.CarryLayer) and
@@ -85,8 +87,8 @@ class CachedSampler:
           raise ValueError(f'CachedSampler cannot step layer {layer.params.name!r} '
                            f'({type(layer).__name__}); it steps embedding, '
                            'Transformer and softmax layers.')
-        layers.append(_Layer(layer, ['pipeline', f'cell_{k}', 'sub', i]))
-      self.cells.append((stack.pipeline.devices[k].name, layers))
+        layers.append(_Layer(layer, ['pipeline', 'layers', i]))
+      self.cells.append((pipeline.devices[k].name, layers))
     self._step = tf.function(self._Step, autograph=False)
 
   def NewCache(self) -> List[NestedMap]:

@@ -17,6 +17,7 @@ from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cells
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.tasks.image import amoebanet
@@ -220,4 +221,5 @@ EXEMPT: Dict[type, str] = {
     conv._BaseConv2DLayer: 'abstract: its subclasses define _Convolve',
     transformer._PreLnTransformerBase: 'abstract: its subclasses define FProp',
     pipelined_model.PipelinedModel: 'abstract: its subclasses define PipelineParams',
+    cells.CellView: 'a view of a PipeliningLayer\'s layers, built by it (its tests)',
 }
