@@ -78,13 +78,13 @@ def _CheckBefore(schedule: actions.Schedule, d: int, p: int, a: Action,
   """Raises unless what `a` needs from its own cell ran earlier on `d`."""
   c, m = a.cell, a.micro_batch
   if a.kind in actions.INPUT_BACKWARDS:
-    first = actions.Forward(c, m)  # type: ignore[arg-type]
+    first = Action(Kind.F, c, m)
     if first not in done:
       where = _Where(schedule, first)
       _Fail(d, p, a, f'has no forward {first}.' if where == 'nowhere' else
             f'runs before its forward {first} ({where}).')
   elif a.kind == Kind.W:
-    first = actions.InputGrad(c, m)  # type: ignore[arg-type]
+    first = Action(Kind.I, c, m)
     if first not in done:
       where = _Where(schedule, first)
       _Fail(d, p, a, f'has no {first}: a W needs its I before it.'
@@ -102,27 +102,30 @@ def _CheckComplete(schedule: actions.Schedule) -> None:
   for d, p, a in schedule.Positions():
     c, m = a.cell, a.micro_batch
     if a.kind == Kind.F:
-      if schedule.Find(actions.Backward(c, m)) is None and schedule.Find(  # type: ignore[arg-type]
-          actions.InputGrad(c, m)) is None:  # type: ignore[arg-type]
+      if schedule.Find(Action(Kind.B, c, m)) is None and schedule.Find(
+          Action(Kind.I, c, m)) is None:
         _Fail(d, p, a, f'has no backward: add {c}B{m}, or {c}I{m} and {c}W{m}.')
-    elif a.kind == Kind.I and schedule.Find(actions.WeightGrad(c, m)) is None:  # type: ignore[arg-type]
+    elif a.kind == Kind.I and schedule.Find(Action(Kind.W, c, m)) is None:
       _Fail(d, p, a, f'has no W: add {c}W{m} after it.')
   for c in range(schedule.num_cells):
     for m in range(schedule.num_micro_batches):
-      if schedule.Find(actions.Forward(c, m)) is None:
+      if schedule.Find(Action(Kind.F, c, m)) is None:
         raise ValueError(f'cell {c} micro-batch {m} is missing: no device runs '
                          f'{c}F{m} (cell {c} is on device '
                          f'{schedule.cell_devices[c]}); add it and its backward.')
 
 
 def _WaitChain(schedule: actions.Schedule, heads: List[int],
-               done: Set[Action], start: Action) -> str:
+               done: Set[Action], start: Action) -> Tuple[str, Set[int]]:
   """The waits from `start` (a stuck device's next action) until they close
-  on themselves: 'it waits for X (where), behind H (where), which waits..'."""
+  on themselves, 'it waits for X (where), behind H (where), which waits..',
+  and the devices on the way."""
   text, current, visited = 'it', start, [start]
+  devices: Set[int] = set()
   while True:
     needed = next(x for x in schedule.Inputs(current) if x not in done)
-    d, q = schedule.Find(needed)  # type: ignore[misc]
+    d, q = schedule.Find(needed) or (-1, -1)  # every input exists by now
+    devices.add(d)
     text += f' waits for {needed} (device {d} position {q})'
     head = schedule.devices[d][heads[d]]
     if head != needed:
@@ -130,7 +133,7 @@ def _WaitChain(schedule: actions.Schedule, heads: List[int],
       text += f', behind {head}{own} (device {d} position {heads[d]})'
     current = head
     if current in visited:
-      return text
+      return text, devices
     visited.append(current)
     text += ', which'
 
@@ -149,9 +152,11 @@ def _CheckProgress(schedule: actions.Schedule) -> None:
         progressed = True
   for d, row in enumerate(schedule.devices):
     if heads[d] < len(row):
-      chain = _WaitChain(schedule, heads, done, row[heads[d]])
-      _Fail(d, heads[d], row[heads[d]], f'can never run: {chain}; the devices '
-            'wait on each other (deadlock): reorder so each input comes first.')
+      chain, devices = _WaitChain(schedule, heads, done, row[heads[d]])
+      why = (f'device {d} produces an input of it only after it' if devices == {d}
+             else 'the devices wait on each other (deadlock)')
+      _Fail(d, heads[d], row[heads[d]], f'can never run: {chain}; {why}: '
+            'reorder so that every input comes first.')
 
 
 def Validate(schedule: actions.Schedule) -> None:

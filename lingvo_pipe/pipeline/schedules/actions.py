@@ -160,24 +160,24 @@ class Schedule:
     """(device, position) of the first occurrence of `action`, or None."""
     return self._index.get(action)
 
-  def InputBackward(self, cell: int, micro_batch: int) -> Action:
+  def InputBackward(self, cell: int, micro_batch: Optional[int]) -> Action:
     """The action that sends (cell, micro_batch)'s input gradient: its B if
     the schedule has one, else its I."""
-    b = Backward(cell, micro_batch)
-    return b if b in self._index else InputGrad(cell, micro_batch)
+    b = Action(ActionKind.B, cell, micro_batch)
+    return b if b in self._index else Action(ActionKind.I, cell, micro_batch)
 
   def Inputs(self, action: Action) -> List[Action]:
     """The actions whose results `action` reads (see the module docstring)."""
     c, m = action.cell, action.micro_batch
     if action.kind == ActionKind.F:
-      return [Forward(c - 1, m)] if c else []  # type: ignore[arg-type]
+      return [Action(ActionKind.F, c - 1, m)] if c else []
     if action.kind in INPUT_BACKWARDS:
-      needs = [Forward(c, m)]  # type: ignore[arg-type]
+      needs = [Action(ActionKind.F, c, m)]
       if c + 1 < self.num_cells:
-        needs.append(self.InputBackward(c + 1, m))  # type: ignore[arg-type]
+        needs.append(self.InputBackward(c + 1, m))
       return needs
     if action.kind == ActionKind.W:
-      return [InputGrad(c, m)]  # type: ignore[arg-type]
+      return [Action(ActionKind.I, c, m)]
     return [a for row in self.devices for a in row
             if a.cell == c and a.kind in WEIGHT_BACKWARDS]
 
