@@ -10,11 +10,13 @@ uses M // K rounds but needs them equal). Device d warms up with
 2(K-d-1) + (v-1)G forwards, G the first round's size (all of them when
 M = K), then alternates one forward and one backward as 1F1B does.
 A clock is a cell's forward or backward, 1/v of a device's work. K=2, v=2,
-M=4 (`python -m lingvo_pipe.pipeline.simulate --schedule=interleaved --k=2
---m=4 --v=2 --backward=1 --table` prints it; 1F0 is micro-batch 0 on
+M=4 (`python -m benchmarks.schedule_sim --schedules=interleaved --k=2
+--m=4 --backward=1 --format=table` prints it; 1F0 is micro-batch 0 on
 cell 1):
 
-TABLE
+    clock    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15  16  17
+    dev 0  0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1   . 2B2   . 2B3 0B2 0B3
+    dev 1    . 1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3   .
 
 For M a multiple of K this is schedule.DeviceOrders(INTERLEAVED), action
 for action; the bubble is (K-1)/(vM+K-1).

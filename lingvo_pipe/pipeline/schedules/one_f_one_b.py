@@ -1,10 +1,13 @@
 """1F1B (PipeDream-flush, Narayanan et al.) as data: warm up, one forward one backward, cool down.
 
 K=3 devices, M=4 micro-batches, one cell per device (F and B one clock
-each; `python -m lingvo_pipe.pipeline.simulate --schedule=one_f_one_b
---k=3 --m=4 --backward=1 --table` prints it):
+each; `python -m benchmarks.schedule_sim --schedules=one_f_one_b
+--k=3 --m=4 --backward=1 --format=table` prints it):
 
-TABLE
+    clock    0   1   2   3   4   5   6   7   8   9  10  11
+    dev 0  0F0 0F1 0F2   .   . 0B0 0F3 0B1   . 0B2   . 0B3
+    dev 1    . 1F0 1F1   . 1B0 1F2 1B1 1F3 1B2   . 1B3   .
+    dev 2    .   . 2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3   .   .
 
 Device d warms up with K-d-1 forwards (all M if fewer), then alternates one
 forward and one backward, then runs the remaining backwards. The bubble is

@@ -6,27 +6,35 @@ for), so W can fill what would be bubbles.
 
 ZB-H1: 1F1B's warm-up and memory, with device d deferring its first d W's.
 I then reaches the earlier devices sooner and the deferred W's fill the
-cool-down. With F = I = W each device idles (K-1)(F+I-W) = K-1 clocks, a
-third of 1F1B's (K-1)(F+I+W). Held micro-batches (from F until W) peak at
-K on every device, 1F1B's peak on device 0. K=3, M=4
-(`python -m lingvo_pipe.pipeline.simulate --schedule=zb_h1 --k=3 --m=4
---table`):
+cool-down. With F = I = W and M >= K each device idles (K-1)(F+I-W) =
+K-1 clocks, a third of 1F1B's (K-1)(F+I+W); in general (K-1)max(F,
+F+I-W), since the last device waits (K-1)F for its first forward. Held
+micro-batches (from F until W) peak at K on every device, 1F1B's peak on
+device 0. K=3, M=4
+(`python -m benchmarks.schedule_sim --schedules=zb_h1 --k=3 --m=4
+--format=table`):
 
-TABLE_H1
+    clock    0   1   2   3   4   5   6   7   8   9  10  11  12  13
+    dev 0  0F0 0F1 0F2   .   . 0I0 0W0 0F3 0I1 0W1 0I2 0W2 0I3 0W3
+    dev 1    . 1F0 1F1   . 1I0 1F2 1I1 1W0 1F3 1I2 1W1 1I3 1W2 1W3
+    dev 2    .   . 2F0 2I0 2F1 2I1 2F2 2I2 2W0 2F3 2I3 2W1 2W2 2W3
 
 ZB-V: 2K cells, device d holding cell d and cell 2K-1-d, so a micro-batch
 goes down the devices and back up in a V and the first and last cells
 share device 0. Its order (the paper's section 6, as PyTorch's
 ScheduleZBVZeroBubble also runs it) is planned for at least 2K-1
 micro-batches; with fewer the actions of the missing ones are left out.
-With F = I = W per cell a device idles only while the first forward
-arrives, (K-1) cell-clocks (half a ZB-H1 device-clock each); within its
-own first-to-last span none idles, so with steps that overlap (no
-synchronized optimizer step, the paper's section 4) the bubble is 0. Held
-micro-batches peak at 2K cells of half a device's layers, 1F1B's memory.
-K=2, M=4 (`... --schedule=zb_v --k=2 --m=4 --table`):
+With F = I = W per cell and M >= 2K-1 a device idles only while the
+first forward arrives, (K-1) cell-clocks (half a ZB-H1 clock each);
+within its own first-to-last span none idles, so with steps that overlap
+(no synchronized optimizer step, the paper's section 4) the bubble is 0.
+Held micro-batches peak at 2K cells of half a device's layers, 1F1B's
+memory.
+K=2, M=3 (`... --schedules=zb_v --k=2 --m=3 --format=table`):
 
-TABLE_V
+    clock    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15  16  17  18
+    dev 0  0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0I0 0W0 3F2 3I2 3W2 0I1 0W1 0I2 0W2   .
+    dev 1    . 1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2
 """
 
 from typing import Dict, List, Tuple
@@ -124,5 +132,5 @@ def ZeroBubbleV(num_devices: int, num_micro_batches: int) -> actions.Schedule:
     for cell in (up, down):
       while row.Count(_W, cell) < row.Count(_I, cell):
         row.Add(_W, cell)
-    rows.append([a for a in row.actions if a.micro_batch < m])  # type: ignore[operator]
+    rows.append([a for a in row.actions if (a.micro_batch or 0) < m])
   return actions.Schedule.Make(rows, VCellDevices(k), m)
