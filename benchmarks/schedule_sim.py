@@ -28,7 +28,8 @@ from lingvo_pipe.pipeline.schedules import built_in
 
 FLAGS = flags.FLAGS
 _NAMES = {'fill_drain': 'fill-drain (GPipe)', 'one_f_one_b': '1F1B',
-          'interleaved': 'interleaved 1F1B', 'zb_h1': 'ZB-H1', 'zb_v': 'ZB-V'}
+          'interleaved': 'interleaved 1F1B', 'zb_h1': 'ZB-H1', 'zb_h2': 'ZB-H2',
+          'zb_v': 'ZB-V'}
 
 
 def _DefineFlags() -> None:

@@ -7,7 +7,7 @@ import pytest
 from benchmarks import schedule_sim
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ALL = ['fill_drain', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_v']
+ALL = ['fill_drain', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v']
 
 
 def test_rows_follow_the_formulas():
@@ -18,9 +18,11 @@ def test_rows_follow_the_formulas():
     assert rows['one_f_one_b']['bubble_fraction'] == pytest.approx((k - 1) / (m + k - 1))
     assert rows['interleaved']['bubble_fraction'] == pytest.approx((k - 1) / (2 * m + k - 1))
     assert rows['zb_h1']['bubble_fraction'] == pytest.approx((k - 1) / (3 * m + k - 1))
+    assert rows['zb_h2']['span_bubble_fraction'] == 0.0
+    assert rows['zb_h2']['step_time'] == 3 * m + k - 1
     assert rows['zb_v']['span_bubble_fraction'] == 0.0
     assert rows['zb_v']['step_time'] == 3 * m + (k - 1) / 2
-    assert [rows[s]['peak_held_devices'] for s in ALL] == [m, k, 5.5, k, k]
+    assert [rows[s]['peak_held_devices'] for s in ALL] == [m, k, 5.5, k, 2 * k - 1, k]
 
 
 def test_device_costs_split_over_cells():

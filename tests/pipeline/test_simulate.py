@@ -56,6 +56,17 @@ def test_zb_h1_idle_with_unequal_costs(f, i, w):
     assert sim.idle == pytest.approx([(k - 1) * max(f, f + i - w)] * k)
 
 
+@pytest.mark.parametrize('k,m', [(2, 3), (2, 8), (3, 5), (4, 7), (4, 8), (4, 16), (6, 11)])
+def test_zb_h2_has_no_bubble_within_each_device_span_at_twice_the_memory(k, m):
+  """A parallelogram: with M >= 2K-1 no device idles between its first and
+  last action; in the step each waits (K-1)F for its first forward, as
+  under ZB-H1; it holds 2K-1 micro-batches (the paper's (2p-1) M_B)."""
+  sim = _Simulate(BuiltIn.ZB_H2, k, m)
+  assert sim.span_bubble_fraction == 0.0
+  assert sim.idle == pytest.approx([k - 1] * k)
+  assert max(sim.peak_held) == 2 * k - 1
+
+
 @pytest.mark.parametrize('k,m', [(2, 3), (2, 8), (3, 5), (4, 7), (4, 8), (4, 16)])
 def test_zb_v_has_no_bubble_within_each_device_span(k, m):
   """With M >= 2K-1 and F = I = W per cell, no device idles between its first

@@ -168,18 +168,29 @@ class Schedule:
 
   def Inputs(self, action: Action) -> List[Action]:
     """The actions whose results `action` reads (see the module docstring)."""
-    c, m = action.cell, action.micro_batch
-    if action.kind == ActionKind.F:
-      return [Action(ActionKind.F, c - 1, m)] if c else []
-    if action.kind in INPUT_BACKWARDS:
-      needs = [Action(ActionKind.F, c, m)]
-      if c + 1 < self.num_cells:
-        needs.append(self.InputBackward(c + 1, m))
-      return needs
-    if action.kind == ActionKind.W:
-      return [Action(ActionKind.I, c, m)]
-    return [a for row in self.devices for a in row
-            if a.cell == c and a.kind in WEIGHT_BACKWARDS]
+    if action.kind == ActionKind.REDUCE:
+      return [a for row in self.devices for a in row
+              if a.cell == action.cell and a.kind in WEIGHT_BACKWARDS]
+    next_backward = self.InputBackward(action.cell + 1, action.micro_batch).kind
+    return MicroBatchInputs(action, self.num_cells, next_backward)
+
+
+def MicroBatchInputs(action: Action, num_cells: int,
+                     next_backward: ActionKind = ActionKind.I) -> List[Action]:
+  """What an F, B, I or W reads, of its own micro-batch; `next_backward`
+  is the kind (B or I) that sends the next cell's input gradient."""
+  c, m = action.cell, action.micro_batch
+  if action.kind == ActionKind.F:
+    return [Action(ActionKind.F, c - 1, m)] if c else []
+  if action.kind in INPUT_BACKWARDS:
+    needs = [Action(ActionKind.F, c, m)]
+    if c + 1 < num_cells:
+      needs.append(Action(next_backward, c + 1, m))
+    return needs
+  if action.kind == ActionKind.W:
+    return [Action(ActionKind.I, c, m)]
+  raise ValueError(f'{action} reads every micro-batch of its cell; ask '
+                   'Schedule.Inputs, which knows them.')
 
 
 def CheckSizes(num_devices: int, num_micro_batches: int,

@@ -16,6 +16,7 @@ class BuiltIn(enum.Enum):
   ONE_F_ONE_B = 'one_f_one_b'  # PipeDream-flush
   INTERLEAVED = 'interleaved'  # Megatron's interleaved 1F1B, v cells a device
   ZB_H1 = 'zb_h1'  # zero bubble, 1F1B's memory
+  ZB_H2 = 'zb_h2'  # zero bubble, twice 1F1B's memory
   ZB_V = 'zb_v'  # zero bubble, two cells a device in a V
 
 
@@ -59,4 +60,6 @@ def Build(kind: BuiltIn, num_devices: int, num_micro_batches: int,
     return interleaved.Interleaved(num_devices, num_micro_batches, v)
   if kind == BuiltIn.ZB_H1:
     return zero_bubble.ZeroBubbleH1(num_devices, num_micro_batches)
+  if kind == BuiltIn.ZB_H2:
+    return zero_bubble.ZeroBubbleH2(num_devices, num_micro_batches)
   return zero_bubble.ZeroBubbleV(num_devices, num_micro_batches)

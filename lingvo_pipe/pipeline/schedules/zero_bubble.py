@@ -19,6 +19,21 @@ device 0. K=3, M=4
     dev 1    . 1F0 1F1   . 1I0 1F2 1I1 1W0 1F3 1I2 1W1 1I3 1W2 1W3
     dev 2    .   . 2F0 2I0 2F1 2I1 2F2 2I2 2W0 2F3 2I3 2W1 2W2 2W3
 
+ZB-H2: zero bubble at twice 1F1B's memory. Device d warms up with up to
+2K-1-2d forwards and the W's move to the tail, so the step is a
+parallelogram: with F = I = W and M >= 2K-1 no device idles within its
+own first-to-last span (each still waits (K-1)F for its first forward in
+a synchronized step, ZB-H1's idle; the zero needs steps that overlap, no
+step-wide synchronization, the paper's section 4). The order is that of a
+unit-clock rule: at each clock a device runs the first that is ready of
+its next I, its next F while it holds fewer than 2K-1 micro-batches (F
+until W; 1F1B holds K), and its oldest pending W. K=3, M=5:
+
+    clock    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15  16
+    dev 0  0F0 0F1 0F2 0F3 0F4 0I0 0W0 0I1 0W1 0I2 0W2 0I3 0W3 0I4 0W4   .   .
+    dev 1    . 1F0 1F1 1F2 1I0 1F3 1I1 1F4 1I2 1W0 1I3 1W1 1I4 1W2 1W3 1W4   .
+    dev 2    .   . 2F0 2I0 2F1 2I1 2F2 2I2 2F3 2I3 2F4 2I4 2W0 2W1 2W2 2W3 2W4
+
 ZB-V: 2K cells, device d holding cell d and cell 2K-1-d, so a micro-batch
 goes down the devices and back up in a V and the first and last cells
 share device 0. Its order (the paper's section 6, as PyTorch's
@@ -88,6 +103,31 @@ def ZeroBubbleH1(num_devices: int, num_micro_batches: int) -> actions.Schedule:
       row.Add(_W, d)
     rows.append(row.actions)
   return actions.Schedule.Make(rows, range(k), m)
+
+
+def ZeroBubbleH2(num_devices: int, num_micro_batches: int) -> actions.Schedule:
+  """ZB-H2 of K=num_devices cells on as many devices, by its greedy rule.
+
+  Raises:
+    ValueError: unless K >= 1 and M >= 1.
+  """
+  actions.CheckSizes(num_devices, num_micro_batches)
+  k, m = num_devices, num_micro_batches
+  rows = [_Row() for _ in range(k)]
+  ends: Dict[actions.Action, int] = {}  # clock at which each action ends
+  clock = 0
+  while any(row.Count(_W, d) < m for d, row in enumerate(rows)):
+    for d, row in enumerate(rows):
+      f, i, w = (row.Count(kind, d) for kind in (_F, _I, _W))
+      for kind, left in ((_I, i < f), (_F, f < m and f - w < 2 * k - 1), (_W, w < i)):
+        candidate = actions.Action(kind, d, row.Count(kind, d))
+        if left and all(ends.get(x, clock + 1) <= clock
+                        for x in actions.MicroBatchInputs(candidate, k)):
+          row.Add(kind, d)
+          ends[candidate] = clock + 1
+          break
+    clock += 1
+  return actions.Schedule.Make([row.actions for row in rows], range(k), m)
 
 
 def VCellDevices(num_devices: int) -> List[int]:

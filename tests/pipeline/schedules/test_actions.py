@@ -52,6 +52,13 @@ def test_inputs_follow_the_dependency_rule():
   assert split.Inputs(actions.Reduce(0)) == [W(0, 0)]
 
 
+def test_micro_batch_inputs_need_no_schedule():
+  assert actions.MicroBatchInputs(I(0, 3), 2) == [F(0, 3), I(1, 3)]
+  assert actions.MicroBatchInputs(B(0, 3), 2, actions.ActionKind.B) == [F(0, 3), B(1, 3)]
+  with pytest.raises(ValueError, match='0REDUCE_GRAD reads every micro-batch'):
+    actions.MicroBatchInputs(actions.Reduce(0), 2)
+
+
 def test_with_reduce_follows_each_cells_last_weight_gradient():
   s = actions.Schedule.Make([[F(0, 0), F(2, 0), I(2, 0), W(2, 0), I(0, 0), W(0, 0)],
                              [F(1, 0), B(1, 0)]])

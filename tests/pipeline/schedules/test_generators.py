@@ -71,6 +71,20 @@ def test_zb_h1_fewer_micro_batches_than_devices():
       '2F0 2F1 2I0 2I1 2W0 2W1', '3F0 3I0 3F1 3I1 3W0 3W1']
 
 
+def test_zb_h2_k3_m5():
+  """Warm-up of 2K-1-2d forwards, then I first, F while under 2K-1 held, W."""
+  assert _Rows(zero_bubble.ZeroBubbleH2(3, 5)) == [
+      '0F0 0F1 0F2 0F3 0F4 0I0 0W0 0I1 0W1 0I2 0W2 0I3 0W3 0I4 0W4',
+      '1F0 1F1 1F2 1I0 1F3 1I1 1F4 1I2 1W0 1I3 1W1 1I4 1W2 1W3 1W4',
+      '2F0 2I0 2F1 2I1 2F2 2I2 2F3 2I3 2F4 2I4 2W0 2W1 2W2 2W3 2W4']
+
+
+def test_zb_h2_fewer_micro_batches_than_devices():
+  assert _Rows(zero_bubble.ZeroBubbleH2(4, 2)) == [
+      '0F0 0F1 0I0 0W0 0I1 0W1', '1F0 1F1 1I0 1W0 1I1 1W1',
+      '2F0 2F1 2I0 2W0 2I1 2W1', '3F0 3I0 3F1 3I1 3W0 3W1']
+
+
 def test_zb_v_k2_m4():
   s = zero_bubble.ZeroBubbleV(2, 4)
   assert s.cell_devices == (0, 1, 1, 0)
