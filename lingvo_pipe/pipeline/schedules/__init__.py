@@ -1,0 +1,1 @@
+"""Pipeline schedules as data: per device an ordered list of actions, one pure generator per schedule."""

@@ -1,0 +1,65 @@
+"""The built-in schedules by name: one enum, one function that builds any of them."""
+
+import enum
+from typing import Optional
+
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import fill_drain
+from lingvo_pipe.pipeline.schedules import interleaved
+from lingvo_pipe.pipeline.schedules import one_f_one_b
+from lingvo_pipe.pipeline.schedules import zero_bubble
+
+
+class BuiltIn(enum.Enum):
+  """A built-in schedule; the value is its name on command lines."""
+  FILL_DRAIN = 'fill_drain'  # GPipe: every forward, then every backward
+  ONE_F_ONE_B = 'one_f_one_b'  # PipeDream-flush
+  INTERLEAVED = 'interleaved'  # Megatron's interleaved 1F1B, v cells a device
+  ZB_H1 = 'zb_h1'  # zero bubble, 1F1B's memory
+  ZB_H2 = 'zb_h2'  # zero bubble, twice 1F1B's memory
+  ZB_V = 'zb_v'  # zero bubble, two cells a device in a V
+
+
+def CellsPerDevice(kind: BuiltIn, cells_per_device: Optional[int] = None) -> int:
+  """v of `kind`: ZB_V's is 2, INTERLEAVED's is given, the others' 1.
+
+  Raises:
+    ValueError: if `cells_per_device` is given and `kind` cannot run it.
+  """
+  fixed = {BuiltIn.ZB_V: 2, BuiltIn.INTERLEAVED: None}.get(kind, 1)
+  if fixed is None:
+    if cells_per_device is None:
+      raise ValueError('The interleaved schedule needs cells_per_device (v, '
+                       'cells on each device), e.g. 2.')
+    return cells_per_device
+  if cells_per_device not in (None, fixed):
+    raise ValueError(f'{kind.name} runs {fixed} cell(s) per device, got '
+                     f'cells_per_device={cells_per_device}; leave it unset or '
+                     'use INTERLEAVED for another v.')
+  return fixed
+
+
+def Build(kind: BuiltIn, num_devices: int, num_micro_batches: int,
+          cells_per_device: Optional[int] = None) -> actions.Schedule:
+  """The actions of built-in schedule `kind` for K=num_devices devices, M
+  micro-batches and (INTERLEAVED only) v=cells_per_device.
+
+  Raises:
+    ValueError: for sizes the schedule cannot run (see CellsPerDevice and
+      actions.CheckSizes).
+  """
+  if not isinstance(kind, BuiltIn):
+    raise TypeError(f'kind must be a BuiltIn, got {kind!r}; one of '
+                    f'{[k.value for k in BuiltIn]}.')
+  v = CellsPerDevice(kind, cells_per_device)
+  if kind == BuiltIn.FILL_DRAIN:
+    return fill_drain.FillDrain(num_devices, num_micro_batches)
+  if kind == BuiltIn.ONE_F_ONE_B:
+    return one_f_one_b.OneFOneB(num_devices, num_micro_batches)
+  if kind == BuiltIn.INTERLEAVED:
+    return interleaved.Interleaved(num_devices, num_micro_batches, v)
+  if kind == BuiltIn.ZB_H1:
+    return zero_bubble.ZeroBubbleH1(num_devices, num_micro_batches)
+  if kind == BuiltIn.ZB_H2:
+    return zero_bubble.ZeroBubbleH2(num_devices, num_micro_batches)
+  return zero_bubble.ZeroBubbleV(num_devices, num_micro_batches)
