@@ -179,11 +179,18 @@ def AssertClose(actual: Any, expected: Any, what: str = '') -> None:
 
 
 def _PipelinePaths(pipe: gpipe.PipeliningLayer) -> Dict[str, List[str]]:
-  """Name -> paths of the layers of the pipeline's cells with that name."""
+  """Name -> paths of the layers with that name in the pipeline's layers,
+  at any depth (a cell_tpl cell of its own class is one layer of the
+  pipeline, holding the ones its params list)."""
   paths: Dict[str, List[str]] = {}
-  for cell in pipe.cells:
-    for _, layer in cell.Children():
-      paths.setdefault(layer.params.name, []).append(layer.path)
+
+  def Walk(layer):
+    paths.setdefault(layer.params.name, []).append(layer.path)
+    for _, child in layer.Children():
+      Walk(child)
+
+  for layer in pipe.layers:
+    Walk(layer)
   return paths
 
 

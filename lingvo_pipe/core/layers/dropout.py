@@ -73,8 +73,9 @@ class DropoutLayer(base_layer.BaseLayer):
     """Random int32 bits of the mask's shape (1 along broadcast dims).
 
     Example e of the global batch reads Philox counters e*G .. e*G + G - 1
-    (G counters of 4 values each hold one example's mask values), so the
-    bits of examples first..first+n-1 are one draw from counter first*G.
+    (low words; G counters of 4 values each hold one example's mask
+    values), so the bits of examples first..first+n-1 are one draw from
+    counter first*G.
     """
     rank, axis = inputs.shape.rank, self.params.example_axis
     if rank is None or not 0 <= axis < rank:
@@ -88,8 +89,12 @@ class DropoutLayer(base_layer.BaseLayer):
     counters = (per_example + 3) // 4
     step_seed = tf.cast(theta[base_layer.STEP_SEED_KEY], tf.int64)
     first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
-    key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=self._MaskSeed(step_seed))
-    counter = tf.cast(tf.stack([first * counters, tf.constant(0, tf.int64)]), tf.uint64)
+    # The layer's seed (already mixed by fold_in) is Philox's key and the
+    # counters' high word; StatelessRandomGetKeyCounter would mix it again,
+    # differently under XLA.
+    seed = tf.cast(self._MaskSeed(step_seed), tf.int64)
+    key = tf.bitcast(seed[:1], tf.uint64)
+    counter = tf.bitcast(tf.stack([first * counters, seed[1]]), tf.uint64)
     bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=tf.reshape(noise[axis] * counters * 4, [1]), key=key,
         counter=counter, alg=_PHILOX, dtype=tf.int32)

@@ -152,3 +152,55 @@ def test_meta_of_identity():
   meta = p.cls.FPropMeta(p, [3, 4])
   assert (meta.out_shapes, meta.flops, meta.act_bytes) == (
       (tf.TensorShape([3, 4]),), 0, 0)
+
+
+@pytest.mark.parametrize('shape,dims', [((8, 16), None), ((8, 3, 5), None),
+                                        ((8, 3, 5), [1]), ((8, 7), None)])
+def test_mask_of_examples_is_the_same_in_any_split_of_the_batch(shape, dims):
+  """Examples i..j draw the same mask whole or in micro-batches (step seed
+  [step, index of the first example]), also when an example's mask has a
+  number of values that is not a multiple of Philox's 4 per counter."""
+  layer = _Dropout(noise_shape_broadcast_dims=dims)
+  x = _X(*shape)
+  whole = _Mask(layer, [3, 0], x)
+  for parts in (2, 4, 8):
+    size = shape[0] // parts
+    split = [_Mask(layer, [3, m * size], x[m * size:(m + 1) * size])
+             for m in range(parts)]
+    np.testing.assert_array_equal(np.concatenate(split), whole)
+  assert 0 < whole.sum() < whole.size
+
+
+def test_time_major_example_axis():
+  """example_axis=1: [time, batch, dim] inputs split along the batch draw the
+  batch-major masks, transposed."""
+  time_major = _Dropout(example_axis=1)
+  batch_major = _Dropout()
+  x = _X(8, 3, 5)  # [batch, time, dim]
+  whole = _Mask(batch_major, [4, 0], x)
+  halves = [_Mask(time_major, [4, 4 * h], tf.transpose(x[4 * h:4 * (h + 1)], [1, 0, 2]))
+            for h in range(2)]
+  np.testing.assert_array_equal(np.concatenate(halves, axis=1),
+                                np.transpose(whole, [1, 0, 2]))
+
+
+def test_batch_axis_broadcast_shares_one_mask_over_examples():
+  layer = _Dropout(noise_shape_broadcast_dims=[0])
+  x = _X(8, 16)
+  whole = _Mask(layer, [2, 0], x)
+  np.testing.assert_array_equal(whole, np.broadcast_to(whole[:1], whole.shape))
+  np.testing.assert_array_equal(_Mask(layer, [2, 4], x[4:]), whole[4:])
+
+
+def test_rejects_example_axis_out_of_range():
+  layer = _Dropout(example_axis=2)
+  with pytest.raises(ValueError, match='example_axis=2 is not an axis of its inputs of rank 2'):
+    _Mask(layer, [1, 0])
+
+
+def test_xla_draws_the_same_mask_at_an_offset():
+  layer = _Dropout()
+  x = _X(4, 6)
+  theta = base_layer.WithStepSeed(layer.theta, [7, 12])
+  compiled = tf.function(layer.FProp, jit_compile=True)(theta, x)
+  np.testing.assert_array_equal(compiled.numpy(), layer.FProp(theta, x).numpy())
