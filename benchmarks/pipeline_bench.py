@@ -50,6 +50,8 @@ flags.DEFINE_integer('num_layers', 0, 'Override the workload\'s L (0: keep).')
 flags.DEFINE_integer('batch', 0, 'Override the workload\'s batch size (0: keep).')
 flags.DEFINE_integer('seq', 0, 'Override the workload\'s sequence length (0: keep).')
 flags.DEFINE_float('learning_rate', 1e-3, 'SGD learning rate.')
+flags.DEFINE_float('residual_keep_prob', 1.0, 'Keep probability of the '
+                   "transformer workloads' residual dropout (1.0: none).")
 flags.DEFINE_enum('fprop_dtype', 'float32', ['float32', 'bfloat16', 'float16'],
                   'Compute dtype of the layers (weights stay float32).')
 flags.DEFINE_enum('jit_compile', 'none', ['none', 'xla', 'auto'],
@@ -73,6 +75,11 @@ def _BuildModel(workload):
   from lingvo_pipe.pipeline import gpipe
   from lingvo_pipe.core.layers import containers
   layers = workloads.Layers(workload)
+  if FLAGS.residual_keep_prob < 1.0:
+    if workload.name == 'ffn':
+      raise app.UsageError('--residual_keep_prob needs a transformer workload.')
+    layers = [lp.Copy().Set(residual_keep_prob=FLAGS.residual_keep_prob)
+              for lp in layers]
   dtype = tf.as_dtype(FLAGS.fprop_dtype)
   if FLAGS.baseline:
     with tf.device('/device:CPU:0'):

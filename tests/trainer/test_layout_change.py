@@ -71,7 +71,14 @@ def _Resume(trained, tmp_path, overrides):
   return got_eval, eval_loss, _Losses(tmp_path), losses
 
 
-@pytest.mark.parametrize('layout', list(LAYOUTS))
+# M and the tick loop are checked against one cell step by step in
+# tests/pipeline/test_layout_independence.py; here they run in make test-slow.
+_SLOW_LAYOUTS = ('K2-M4', 'tick-loop')
+
+
+@pytest.mark.parametrize('layout', [
+    pytest.param(name, marks=pytest.mark.slow if name in _SLOW_LAYOUTS else ())
+    for name in LAYOUTS])
 def test_resumes_under_another_layout(layout, trained, tmp_path):
   got_eval, eval_loss, got, expected = _Resume(trained, tmp_path, LAYOUTS[layout])
   np.testing.assert_allclose(got_eval, eval_loss, rtol=1e-6)
