@@ -72,7 +72,12 @@ def LogicalLayers(p: hyperparams.Params
 def CellParams(p: hyperparams.Params) -> List[hyperparams.Params]:
   """Each cell as SequentialLayer params of its layers: what FPropMeta, the
   boundary checks and the planner read."""
-  layers, indices = LogicalLayers(p)
+  return CellParamsOf(p, *LogicalLayers(p))
+
+
+def CellParamsOf(p: hyperparams.Params, layers: Sequence[hyperparams.Params],
+                 indices: Sequence[Sequence[int]]) -> List[hyperparams.Params]:
+  """CellParams from what LogicalLayers(p) returned."""
   return [_Inherited(containers.SequentialLayer.Params().Set(
       name=f'cell_{k}', sub=[layers[i] for i in run]), p)
           for k, run in enumerate(indices)]

@@ -142,9 +142,9 @@ class PipeliningLayer(base_layer.BaseLayer):
   def __init__(self, params: hyperparams.Params) -> None:
     super().__init__(params)
     p = self.params
-    cell_params = CellParams(p)
     layer_params, layer_runs = cells.LogicalLayers(p)
     self.__dict__['_cell_layer_indices'] = layer_runs
+    cell_params = cells.CellParamsOf(p, layer_params, layer_runs)
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
     self.num_devices = _NumDevices(p, len(cell_params))
