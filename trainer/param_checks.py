@@ -12,15 +12,17 @@ from typing import Any, Iterator, List, Tuple
 from lingvo_pipe.core import hyperparams
 
 # Ranges by the last part of a key. Integers: sizes and counts >= 1;
-# intervals, offsets and axes >= 0 (checked first: micro_batch_size=0 is 'auto').
+# intervals, offsets and axes >= 0 (checked first: micro_batch_size=0 is
+# 'auto', num_partitions=0 leaves K to splits or cell_tpl, which the
+# PipeliningLayer checks are given).
 _POSITIVE_INT = re.compile(
     r'^(.*batch_size|.*_dim|dim|.*_len|vocab_size|num_heads|num_.*layers|'
-    r'num_partitions|num_micro_batches|num_classes|image_size|max_bytes|'
+    r'num_micro_batches|num_classes|image_size|max_bytes|'
     r'eval_every|max_steps|steps_per_loop|eval_steps|max_checkpoints_to_keep|'
     r'num_synthetic)$')
 _NON_NEGATIVE_INT = re.compile(
     r'^(save_interval_steps|warmup_steps|num_logical_devices|batch_dim|'
-    r'micro_batch_size|max_decode_len|decode_steps|decode_interval_steps|'
+    r'micro_batch_size|num_partitions|max_decode_len|decode_steps|decode_interval_steps|'
     r'top_k)$')
 _NON_NEGATIVE_FLOAT = re.compile(
     r'^(keep_checkpoint_every_n_hours|clip_gradient_norm_to_value)$')
