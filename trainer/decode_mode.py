@@ -1,10 +1,33 @@
-"""--mode=decode and --mode=export, on the newest checkpoint in the logdir."""
+"""--mode=decode and --mode=export, on the newest checkpoint in the logdir.
+
+Decode is bounded like eval (trainer.decode_steps batches), shows its
+progress, and ends on SIGINT or SIGTERM after the batch under way with what
+it decoded written out (exit status 128 + the signal), as training does.
+"""
+
+import sys
 
 from trainer import checkpoints
 from trainer import decoder
 from trainer import export
+from trainer import loop
 from trainer import run_context
+from trainer import signals
 from trainer.run_context import UserError
+
+
+def _Decode(trainer_obj: loop.Trainer, prompt: str) -> None:
+  """Decodes under GracefulStop: a stop signal ends the decode cleanly."""
+  with signals.GracefulStop(trainer_obj.stop_requested) as stop:
+    try:
+      decoder.Decoder(trainer_obj).Run(
+          prompt, should_stop=lambda: bool(trainer_obj.stop_requested.numpy()),
+          progress=True)
+    except decoder.DecodeStopped as e:
+      signum = stop.signum or signals.signal.SIGTERM
+      print(f'Stopped by {signals.signal.Signals(signum).name}; wrote the '
+            f'{e.num_examples} examples decoded so far to {e.path}.', flush=True)
+      sys.exit(128 + signum)
 
 
 def Run(ctx: run_context.RunContext) -> None:
@@ -21,7 +44,7 @@ def Run(ctx: run_context.RunContext) -> None:
   try:
     trainer_obj.Restore()
     if mode == 'decode':
-      decoder.Decoder(trainer_obj).Run(ctx.options.decode_prompt)
+      _Decode(trainer_obj, ctx.options.decode_prompt)
     else:
       print(f'Exported {export.Export(trainer_obj, ctx.options.export_keep_devices)}')
   except (FileNotFoundError, ValueError, checkpoints.CheckpointError) as e:
