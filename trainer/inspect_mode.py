@@ -18,9 +18,19 @@ def Run(ctx: run_context.RunContext) -> None:
                     'of each device in MiB, e.g. 16384.')
   tasks = len(ctx.cluster.Tasks()) if ctx.cluster else 0
   try:
+    task = None
+    if inspection.NeedsBuild(ctx.params.task):
+      # The task makes its pipeline's layers in its constructor: build it
+      # (variables included) to read them. With a cluster, the plan names
+      # the workers' devices; the task is built on local ones.
+      if ctx.cluster is None:
+        ctx.ConfigureDevices()
+      else:
+        ctx.ConfigureLocalDevices()
+      task = ctx.params.task.Instantiate()
     plan = inspection.ModelPlan(ctx.params.task, budget_mb << 20,
                                 inspection.OptimizerSlots(ctx.params.trainer.optimizer),
-                                cluster_tasks=tasks)
-  except ValueError as e:
+                                cluster_tasks=tasks, task=task)
+  except (TypeError, ValueError) as e:
     raise UserError(str(e)) from None
   print(plan)

@@ -114,6 +114,12 @@ class RunContext:
       except cluster_client.WorkerUnreachableError as e:
         raise UserError(str(e)) from None
       return
+    self.ConfigureLocalDevices()
+
+  def ConfigureLocalDevices(self) -> None:
+    """Without an accelerator, as many logical CPU devices as the pipelines
+    need (or --num_logical_devices); never connects to a cluster."""
+    self._devices_configured = True
     if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
       return
     wanted = self.options.num_logical_devices or max(
