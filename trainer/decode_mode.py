@@ -46,6 +46,9 @@ def Run(ctx: run_context.RunContext) -> None:
     if mode == 'decode':
       _Decode(trainer_obj, ctx.options.decode_prompt)
     else:
-      print(f'Exported {export.Export(trainer_obj, ctx.options.export_keep_devices)}')
+      path = export.Export(trainer_obj, ctx.options.export_keep_devices)
+      max_batch = export.MaxBatch(trainer_obj.task.ServingSignature()[0])
+      rows = f' (serving_default takes 1 to {max_batch} rows a call)' if max_batch else ''
+      print(f'Exported {path}{rows}')
   except (FileNotFoundError, ValueError, checkpoints.CheckpointError) as e:
     raise UserError(str(e)) from None

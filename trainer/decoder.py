@@ -13,6 +13,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 import tensorflow as tf
 
+from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.tasks import decoding
@@ -100,7 +101,8 @@ class Decoder:
       if should_stop():
         self.stopped = True
         break
-      decoded = self._decode(batch)
+      with base_layer.EvalMode():  # traced once, for inference
+        decoded = self._decode(batch)
       examples += self.task.PostProcessDecode(_Numpy(batch), _Numpy(decoded))
       now = time.perf_counter()
       if progress and (i == 1 or now - last >= _PROGRESS_EVERY_S or i == steps):
