@@ -157,8 +157,9 @@ def Usage() -> str:
   for name in _OWN_FLAGS:
     flag = FLAGS[name]
     default = '' if flag.default in (None, '', []) else f' (default: {flag.default_as_str})'
-    lines.append(f'  --{name}: ' + textwrap.fill(
-        f'{flag.help}{default}', width=76, subsequent_indent='      '))
+    text = ' '.join(f'{flag.help}{default}'.split())  # absl's additions rewrapped
+    lines.append(textwrap.fill(f'  --{name}: {text}', width=78,
+                               subsequent_indent='      '))
   lines.append('\nabsl\'s own flags (logging, flagfile): --helpfull.')
   return '\n'.join(lines)
 
