@@ -7,7 +7,7 @@ value and the fix, and nothing in the logdir is touched.
 
 import math
 import re
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from lingvo_pipe.core import hyperparams
 
@@ -79,23 +79,43 @@ def _Problem(key: str, value: Any) -> str:
   return ''
 
 
+def _KeyedProblems(params: hyperparams.Params) -> List[Tuple[str, str]]:
+  """(key, sentence) of every out-of-range value of the params tree."""
+  return [(k, p) for k, p in ((k, _Problem(k, v)) for k, v in _Leaves(params, '')) if p]
+
+
 def RangeProblems(params: hyperparams.Params) -> List[str]:
   """Every out-of-range value of the params tree, one sentence each."""
-  return [p for p in (_Problem(k, v) for k, v in _Leaves(params, '')) if p]
+  return [p for _, p in _KeyedProblems(params)]
 
 
-def CheckRunParams(params: hyperparams.Params, max_steps_flag: int) -> None:
+def _ExperimentNote(key: str, value: Any, experiment: Optional[hyperparams.Params]) -> str:
+  """' (the experiment's value: X)' when an override changed key's value."""
+  if experiment is None:
+    return ''
+  original = dict(_Leaves(experiment, '')).get(key, value)
+  if original is value or original == value:
+    return " (the experiment's own value)"
+  return f" (the experiment's value: {original!r})"
+
+
+def CheckRunParams(params: hyperparams.Params, max_steps_flag: int,
+                   experiment: Optional[hyperparams.Params] = None) -> None:
   """Raises ParamRangeError naming the first bad value and the fix.
 
   Args:
     params: the run's params (task, train, dev, test, trainer).
     max_steps_flag: the --max_steps flag (0: the experiment's max_steps).
+    experiment: the same params before the overrides, to quote the
+      experiment's value of the bad key (None: not quoted).
   """
   if max_steps_flag < 0:
     raise ParamRangeError(f'--max_steps={max_steps_flag} must be 0 (the '
                           "experiment's trainer.max_steps) or a positive step.")
-  problems = RangeProblems(params)
+  problems = _KeyedProblems(params)
   if problems:
+    key, problem = problems[0]
+    note = _ExperimentNote(key, dict(_Leaves(params, ''))[key], experiment)
     more = f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''
-    raise ParamRangeError(f'{problems[0]}{more}; fix it with '
+    raise ParamRangeError(f'{problem}{note}{more}; fix it with '
                           '--model_params_override.')

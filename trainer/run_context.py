@@ -234,7 +234,8 @@ def ResolveParams(options: Options) -> hyperparams.Params:
   if options.seed >= 0:
     params.trainer.seed = options.seed
   try:
-    param_checks.CheckRunParams(params, options.max_steps)
+    param_checks.CheckRunParams(params, options.max_steps,
+                                experiment_params.ExperimentParams(experiment))
   except param_checks.ParamRangeError as e:
     raise UserError(str(e)) from None
   return params

@@ -46,6 +46,8 @@ def test_long_forms_still_work():
      'takes true or false (also yes/no, on/off, 1/0, any case)'),
     ('trainer.max_steps=1.5',
      "trainer.max_steps takes an int (the experiment's value: 8), not 1.5"),
+    ('trainer.max_steps=0',
+     "trainer.max_steps=0 must be at least 1 (the experiment's value: 8)"),
 ])
 def test_refusals_name_what_the_param_takes(override, message):
   result = _Params(override, check=False)
