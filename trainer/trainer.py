@@ -18,9 +18,10 @@ code 128 + the signal); see docs/reliability.md.
 import dataclasses
 import importlib
 import os
+import signal
 import sys
 import textwrap
-from typing import Dict, List
+from typing import Callable, Dict, List, TypeVar
 
 # TensorFlow's C++ log lines stay off the terminal unless the user sets
 # TF_CPP_MIN_LOG_LEVEL or passes --tf_cpp_logs (see _QuietCppLogs).
@@ -34,6 +35,7 @@ from absl import logging
 from trainer import quiet_logs  # pylint: disable=g-import-not-at-top
 
 _ABSL_FLAGS = frozenset(flags.FLAGS)
+_T = TypeVar('_T')
 
 # Mode -> the module under trainer/ whose Run(ctx) handles it. Named, not
 # imported here: modules that import TensorFlow load only after the C++ log
@@ -126,12 +128,11 @@ def _QuietCppLogs() -> None:
   quiet_logs.FilterCppLogs(level)
 
 
-def _Options():
-  """The flags as run_context.Options."""
-  from trainer import run_context  # pylint: disable=g-import-not-at-top  (see Main)
-  names = [f.name for f in dataclasses.fields(run_context.Options)]
+def _Options(options_cls: Callable[..., _T]) -> _T:
+  """The flags as run_context.Options (the class passed in: see Main)."""
+  names = [f.name for f in dataclasses.fields(options_cls)]  # type: ignore[arg-type]
   values = {n: FLAGS[n].value for n in names if n != 'imports'}
-  return run_context.Options(imports=tuple(FLAGS['import'].value or ()), **values)
+  return options_cls(imports=tuple(FLAGS['import'].value or ()), **values)
 
 
 def Main(argv: List[str]) -> None:
@@ -144,11 +145,17 @@ def Main(argv: List[str]) -> None:
   # the filter above must catch.
   from trainer import run_context  # pylint: disable=g-import-not-at-top
   try:
-    ctx = run_context.Build(_Options(), FLAGS.mode not in _WITHOUT_EXPERIMENT)
+    ctx = run_context.Build(_Options(run_context.Options),
+                            FLAGS.mode not in _WITHOUT_EXPERIMENT)
     importlib.import_module(MODES[FLAGS.mode]).Run(ctx)
   except run_context.UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt:
+    # Ctrl-C outside the parts that stop gracefully (training, decoding):
+    # while starting up, nothing is half-written that a traceback explains.
+    print(f'Interrupted (SIGINT) during --mode={FLAGS.mode}.', file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
 
 
 def Usage() -> str:
