@@ -25,11 +25,13 @@ def PipelineLines(task: tf.Module) -> List[str]:
     if not isinstance(module, gpipe.PipeliningLayer):
       continue
     p = module.params
-    cells = len(module.cells)
+    # Read defensively: what the PipeliningLayer exposes may change with its
+    # executor; the line is a report, never a reason to fail a run.
+    cells = getattr(module, 'num_cells', None) or len(getattr(module, 'cells', ())) or '?'
     micro = (f'{p.micro_batch_size} examples per micro-batch' if p.micro_batch_size
              else f'M={p.num_micro_batches} micro-batches')
     devices = ' '.join(_ShortDevice(getattr(d, 'name', str(d)))
-                       for d in module.devices)
+                       for d in getattr(module, 'devices', None) or ()) or '?'
     replicas = f', R={p.num_replicas} replicas' if p.num_replicas > 1 else ''
     found.append(f'{p.name}: K={cells} cells, {micro}{replicas}, schedule '
                  f'{p.schedule.name}, devices {devices}')
