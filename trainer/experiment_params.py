@@ -61,15 +61,22 @@ def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
   name in any case, a dtype param a dtype name, a bool true or false
   (override_values.py).
 
+  Giving a pipeline `splits` gives it its cells: the experiment's
+  `num_partitions` beside them then steps aside (set to 0, "K from the
+  splits") unless the same overrides set it too, so `pipeline.splits=[3]`
+  alone works as the PipeliningLayer documents.
+
   Raises:
     UsageError: for a malformed item, an unknown key or a wrong type.
   """
+  keys = []
   for item in SplitOverrides(overrides):
     match = _OVERRIDE.match(item)
     if not match:
       raise UsageError(f'Override {item.strip()!r} is not "key=value" (e.g. '
                        "trainer.max_steps=100; task.name='lm').")
     key, value_text = match.group(1), match.group(2)
+    keys.append(key)
     try:
       current = params.Get(key)
     except AttributeError as e:
@@ -92,6 +99,22 @@ def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
           f'{value_text}.') from None
     except hyperparams.ParamsTextError as e:
       raise UsageError(str(e)) from None
+  _LetSplitsDecideK(params, keys)
+
+
+def _LetSplitsDecideK(params: hyperparams.Params, keys: List[str]) -> None:
+  """Sets num_partitions to 0 beside each overridden, non-empty splits whose
+  num_partitions no override set."""
+  for key in keys:
+    parent, _, name = key.rpartition('.')
+    sibling = f'{parent}.num_partitions' if parent else 'num_partitions'
+    if name != 'splits' or sibling in keys or not params.Get(key):
+      continue
+    try:
+      if params.Get(sibling):
+        params.Set(**{sibling: 0})
+    except AttributeError:
+      continue  # a splits param of something other than a pipeline
 
 
 def _ReadsAsString(value_text: str) -> bool:

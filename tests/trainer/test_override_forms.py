@@ -61,3 +61,13 @@ def test_splits_with_num_partitions_zero_pass():
                  ).stdout
   assert 'task.stack.pipeline.num_partitions : 0\n' in text
   assert 'task.stack.pipeline.splits : [2]\n' in text
+
+
+def test_splits_alone_take_the_place_of_the_experiments_num_partitions():
+  """The tiny LM has 2 cells; 4 layers split at [1, 2, 3] make 4."""
+  text = _Params('task.stack.pipeline.splits=[1, 2, 3]').stdout
+  assert 'task.stack.pipeline.num_partitions : 0\n' in text
+  plan = fresh_process.RunPython(
+      '-m', 'trainer.trainer', f'--model={TINY}', '--mode=inspect_model',
+      '--model_params_override=task.stack.pipeline.splits=[1, 2, 3]').stdout
+  assert 'K=4 cells' in plan, plan
