@@ -26,4 +26,6 @@ def Run(ctx: run_context.RunContext) -> None:
   except ValueError as e:
     raise UserError(str(e)) from None
   print(f'Timeline: {os.path.join(logdir, "timeline.json")} (Perfetto, '
-        f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}')
+        f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}. The '
+        'profiled steps were not saved: the checkpoints and the step in the '
+        'logdir are as they were.')
