@@ -46,8 +46,9 @@ def TrainerParams() -> hyperparams.Params:
   p.Define('keep_checkpoint_every_n_hours', 0.0, 'Also keep one checkpoint '
            'per this many hours (0: off).')
   p.Define('eval_steps', 10, 'Batches per evaluation.')
-  p.Define('decode_steps', 0, 'Dev batches per decode (--mode=decode and '
-           'decode_interval_steps); 0: the whole dev split.')
+  p.Define('decode_steps', 10, 'Dev batches per decode (--mode=decode and '
+           'decode_interval_steps), like eval_steps; 0: the whole dev split '
+           '(an endless input then never ends).')
   p.Define('decode_interval_steps', 0, 'In train_and_eval, also decode the '
            'dev split every this many steps, for tasks that can (0: never).')
   p.Define('learning_rate', 1e-3, 'Peak learning rate.')

@@ -7,9 +7,12 @@ my_tests.exps (outside the package) is 'my_tests.exps.ClassName'.
 
 Lookup: an exact key, or a dotted suffix of exactly one key ('StdlibBytesGPipe'
 or 'lm.StdlibBytesGPipe'). Before an exact lookup the module the key names
-under model_params/ is imported, if it exists; before a suffix lookup every
-module under model_params/ is, so that whether a suffix is unique does not
-depend on what happened to be imported.
+under model_params/ is imported, if it exists; then, as in Lingvo's
+registry, the module the key names as it stands ('my_tests.exps' for
+'my_tests.exps.ClassName', found on sys.path), if the key is not registered
+yet; before a suffix lookup every module under model_params/ is imported, so
+that whether a suffix is unique does not depend on what happened to be
+imported.
 
   @model_registry.RegisterExperiment
   class StdlibBytesGPipe(base_experiment.BaseExperiment):
@@ -97,6 +100,9 @@ class Registry:
       LookupError: if no key matches (with close keys and all keys).
     """
     self._ImportModuleOf(key)
+    own_module = ''
+    if key not in self._classes:
+      own_module = self._ImportOwnModuleOf(key)
     if key in self._classes:
       return self._classes[key]
     self.ImportAll()
@@ -108,6 +114,10 @@ class Registry:
                        f'{", ".join(matches)}; give one of these keys.')
     close = self._CloseKeys(key)
     hint = f' Did you mean {" or ".join(map(repr, close))}?' if close else ''
+    if own_module and not close:
+      hint += (f' No module {own_module!r} to import on the path (the working '
+               'directory, PYTHONPATH); run from the directory that holds it '
+               'or add it to PYTHONPATH.')
     raise LookupError(f'Unknown experiment {key!r}.{hint} Registered: '
                       f'{", ".join(self.Keys()) or "none"}.')
 
@@ -130,6 +140,17 @@ class Registry:
     if self._package and len(parts) > 1 and all(
         p.isidentifier() for p in parts):
       self._ImportIfPresent('.'.join([self._package] + parts[:-1]))
+
+  def _ImportOwnModuleOf(self, key: str) -> str:
+    """Imports the module named by key minus its class name, outside the
+    package ('my_exps' for 'my_exps.MlpGPipe'), if it exists; returns the
+    name of that module if it does not ('' if it does or key names none)."""
+    parts = key.split('.')
+    if len(parts) > 1 and all(p.isidentifier() for p in parts):
+      module = '.'.join(parts[:-1])
+      if self._ImportIfPresent(module) is None:
+        return module
+    return ''
 
   def _CloseKeys(self, key: str) -> List[str]:
     """Keys whose last components (as many as key has) resemble key."""

@@ -14,7 +14,7 @@ def test_trainer_params_defaults():
       'max_checkpoints_to_keep': 5,
       'keep_checkpoint_every_n_hours': 0.0,
       'eval_steps': 10,
-      'decode_steps': 0,
+      'decode_steps': 10,
       'decode_interval_steps': 0,
       'learning_rate': 1e-3,
       'optimizer': base_experiment.OptimizerKind.ADAM,

@@ -169,6 +169,22 @@ def test_package_modules_are_imported_on_demand(tmp_packages, monkeypatch):
   assert model_registry.Keys() == ['lm.Lazy', 'sub.deep.Deep', 'zz_last.Last']
 
 
+def test_a_key_naming_a_module_outside_the_package_imports_it(tmp_packages,
+                                                             monkeypatch):
+  """Lingvo's habit: --model=my_exps.Mlp imports my_exps on a miss."""
+  package = 'zz_registry_test_own'
+  _WritePackage(tmp_packages, package, {'a.py': _REGISTERING_MODULE.format(name='A')})
+  _WritePackage(tmp_packages, 'zz_own_exps', {
+      'mlp.py': _REGISTERING_MODULE.format(name='Mlp')})
+  monkeypatch.setattr(model_registry, '_DEFAULT_REGISTRY',
+                      model_registry.Registry(package=package))
+  mlp = model_registry.GetClass('zz_own_exps.mlp.Mlp')
+  assert mlp.__module__ == 'zz_own_exps.mlp'
+  assert model_registry.Keys() == ['zz_own_exps.mlp.Mlp']
+  with pytest.raises(LookupError, match="No module 'zz_nowhere' to import"):
+    model_registry.GetClass('zz_nowhere.Mlp')
+
+
 def test_import_all_experiments_registers_every_module(tmp_packages,
                                                        monkeypatch):
   package = 'zz_registry_test_all'

@@ -5,13 +5,16 @@ every command it names, so code, tests, docs, Makefile and BUILD may not
 refer to notes or harnesses kept beside the repository (the design, the
 workloads and the Lingvo peer live in docs/ and benchmarks/lingvo_peer/).
 
-The rules are general, so that this file names no outside path itself:
+The rules are general, so that this file names no outside path itself, and
+they judge only the repository's own text: the same tree gets the same
+verdict wherever it is cloned and whatever lies beside the clone.
 - every markdown file a tracked file names is one the repository tracks;
-- no path names a directory that lies beside the repository and not in it
-  (read from the file system: whatever sits next to this checkout);
-- no absolute path leads into a checkout (names this checkout's directory,
-  or ends in a tracked path of two or more components, or a directory of
-  one) or beside it;
+- no relative path climbs out of the repository ('../notes/x' from the
+  repository's top; '../..' from a file two directories down stays inside);
+- an absolute path names a place of the operating system (/tmp, /usr, /proc,
+  ...), never a home or work directory where notes might be kept, and never
+  leads into a checkout (names this checkout's directory, or ends in a
+  tracked path of two or more components, or a directory of one);
 - relative markdown links stay inside the repository and resolve.
 """
 
@@ -27,15 +30,24 @@ THIS_FILE = pathlib.Path(__file__).resolve().relative_to(ROOT).as_posix()
 
 # A markdown file name, with the path before it if any: 'docs/design.md'.
 MARKDOWN_NAME = re.compile(r'(?<![\w.-])[\w./-]*\w\.md\b')
-# A path of two or more components, relative or absolute: 'a/b', '/a/b'.
+# A path of two or more components, relative or absolute: 'a/b', '/a/b'; the
+# character before it, if any, tells whether a leading '/' starts an absolute
+# path ('cd /a/b') or joins it to what precedes ('$(dirname "$0")/../..').
 PATH = re.compile(r'(?<![\w.~-])/?[\w.~-]+(?:/[\w.~-]+)+')
+# What may stand before an absolute path: nothing, a space, a quote, '=', ...
+ABSOLUTE_START = set(' \t\'"`=(,:[{')
+# Top directories of an absolute path that belong to the operating system
+# (and '/path/to/...', the placeholder of usage lines); any other absolute
+# path names somebody's machine ('/.ATTRIBUTES/...', a key suffix, none).
+SYSTEM_ROOTS = frozenset({'tmp', 'usr', 'bin', 'sbin', 'lib', 'proc', 'dev', 'sys',
+                          'etc', 'var', 'opt', 'path'})
 # Markdown links and images: [text](target) and ![alt](target).
 LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)\)')
 
 
 class Repository:
-  """What a tracked file may name: the repository's markdown files and
-  top-level entries, and what lies beside it."""
+  """What a tracked file may name: the repository's markdown files, paths
+  and top-level entries. Built from the list of tracked files alone."""
 
   def __init__(self, root: pathlib.Path, tracked: Collection[str]) -> None:
     self.root = root
@@ -44,28 +56,32 @@ class Repository:
     self.paths = {str(d) for p in tracked
                   for d in [pathlib.PurePath(p), *pathlib.PurePath(p).parents]
                   if len(d.parts) > 1}
-    self.beside = {p.name for p in root.parent.iterdir()
-                   if p.name != root.name and p.name not in self.top_level}
 
   def OutsideReferences(self, path: str, text: str) -> List[str]:
     """'path:line: why: the line' for each mention of a path outside it."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
-      for why in self._Why(line):
+      for why in self._Why(path, line):
         found.append(f'{path}:{number}: {why}: {line.strip()[:160]}')
     return found
 
-  def _Why(self, line: str) -> List[str]:
+  def _Why(self, path: str, line: str) -> List[str]:
     whys = [f'{name} is no markdown file of the repository'
             for name in MARKDOWN_NAME.findall(line)
             if pathlib.PurePath(name).name not in self.markdown]
-    for token in PATH.findall(line):
-      parts = [p for p in token.split('/') if p not in ('', '.', '..')]
-      if any(p in self.beside for p in parts):
-        whys.append(f'{token} names a directory beside the repository')
-      elif token.startswith('/') and (self.root.name in parts or any(
-          '/'.join(parts[i:]) in self.paths for i in range(1, len(parts) - 1))):
+    for match in PATH.finditer(line):
+      token, before = match.group(), line[max(match.start() - 1, 0):match.start()]
+      absolute = token.startswith('/') and before in ABSOLUTE_START | {''}
+      parts = [p for p in token.split('/') if p not in ('', '.')]
+      if not absolute:
+        if _Climbs(pathlib.PurePosixPath(path).parent.parts, parts):
+          whys.append(f'{token} climbs out of the repository')
+      elif self.root.name in parts or any(
+          '/'.join(parts[i:]) in self.paths for i in range(1, len(parts) - 1)):
         whys.append(f'{token} is an absolute path into a checkout')
+      elif parts[0] not in SYSTEM_ROOTS and not parts[0].startswith('.'):
+        whys.append(f'{token} names a place outside the repository and the '
+                    'operating system')
     return whys
 
   def BrokenLinks(self, path: str, text: str) -> List[str]:
@@ -80,6 +96,17 @@ class Repository:
       elif not resolved.exists():
         found.append(f'{path}: {target} does not exist')
     return found
+
+
+def _Climbs(start: Tuple[str, ...], parts: List[str]) -> bool:
+  """Whether following parts ('..' climbs) from directory start (a tuple of
+  repository-relative components) leaves the repository."""
+  depth = len(start)
+  for part in parts:
+    depth += -1 if part == '..' else 1
+    if depth < 0:
+      return True
+  return False
 
 
 def _TrackedTextFiles() -> List[Tuple[str, str]]:
@@ -133,7 +160,7 @@ def _Repo(tmp_path) -> Repository:
     'see ../notes/PLAN.md', 'cd ../notes/peers/x && bash setup.sh',
     'the workloads of notes/PLAN.md', 'placement (PLAN.md)',
     'python /home/dev/notes/peers/x/bench.py', 'python /srv/proj/lib/a.py',
-    'cd /srv/proj',
+    'cd /srv/proj', 'notes in /mnt/notes/peers', 'python ../notes/bench.py',
 ])
 def test_outside_references_are_found(repo, line):
   found = repo.OutsideReferences('x.py', f'ok\n{line}\n')
@@ -143,9 +170,32 @@ def test_outside_references_are_found(repo, line):
 @pytest.mark.parametrize('line', [
     'see docs/design.md and README.md', 'python -m lib.a', 'lib/a.py, docs/',
     'default /tmp/peer-venv', 'x.endswith(".md")', 'logs in /tmp/lib/<model>',
+    '#!/usr/bin/env bash', "'<attribute>/a/b/w/.ATTRIBUTES/VARIABLE_VALUE'",
+    'PEER_VENV=/path/to/venv bash setup.sh',
 ])
 def test_inside_references_pass(repo, line):
   assert repo.OutsideReferences('x.py', line) == []
+
+
+def test_climbing_is_judged_from_the_file(repo):
+  line = 'cd "$(dirname "$0")/../.."'
+  assert repo.OutsideReferences('lib/sub/run.sh', line) == []
+  assert repo.OutsideReferences('lib/run.sh', line) != []
+
+
+def test_verdict_does_not_depend_on_what_lies_beside(tmp_path):
+  """The Makefile's own comment naming a default venv in /tmp passes,
+  whether or not that venv (or anything else) sits next to the clone."""
+  line = 'its venv is built at PEER_VENV, default /tmp/lingvo-peer-venv'
+  verdicts = []
+  for beside in ([], ['lingvo-peer-venv', 'notes', 'tmp']):
+    root = tmp_path / str(len(beside)) / 'proj'
+    root.mkdir(parents=True)
+    for name in beside:
+      (root.parent / name).mkdir()
+    repo = Repository(root, ['README.md', 'Makefile', 'lib/a.py'])
+    verdicts.append(repo.OutsideReferences('Makefile', line))
+  assert verdicts == [[], []]
 
 
 def test_links_that_leave_or_miss_are_found(repo):

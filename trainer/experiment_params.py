@@ -7,6 +7,7 @@ from typing import Iterator, List
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import params_text
+from trainer import override_values
 
 _OVERRIDE = re.compile(r'^\s*([a-z_][a-z0-9_.]*)\s*=\s*(.+?)\s*$', re.DOTALL)
 _QUOTES = ('"', "'")
@@ -54,28 +55,66 @@ def SplitOverrides(overrides: str) -> Iterator[str]:
 def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
   """Applies "a.b=1; c.d='x'" (values in the Params text form).
 
-  A string param also takes its value unquoted, as users type it
-  (train.file_pattern=/data/*.txt); quoted text is read as a literal.
+  A value is read by the type of the param's current value: a string param
+  also takes its value unquoted, as users type it (train.file_pattern=
+  /data/*.txt; quoted text is read as a literal); an enum param a member
+  name in any case, a dtype param a dtype name, a bool true or false
+  (override_values.py).
+
+  Giving a pipeline `splits` gives it its cells: the experiment's
+  `num_partitions` beside them then steps aside (set to 0, "K from the
+  splits") unless the same overrides set it too, so `pipeline.splits=[3]`
+  alone works as the PipeliningLayer documents.
 
   Raises:
     UsageError: for a malformed item, an unknown key or a wrong type.
   """
+  keys = []
   for item in SplitOverrides(overrides):
     match = _OVERRIDE.match(item)
     if not match:
       raise UsageError(f'Override {item.strip()!r} is not "key=value" (e.g. '
                        "trainer.max_steps=100; task.name='lm').")
     key, value_text = match.group(1), match.group(2)
+    keys.append(key)
     try:
       current = params.Get(key)
     except AttributeError as e:
       raise UsageError(f'Override {item.strip()!r}: {e}') from None
+    where = f'Override {item.strip()!r}'
     if isinstance(current, str) and not _ReadsAsString(value_text):
       value_text = repr(value_text)
     try:
-      params.SetValueText(key, value_text, where=f'Override {item.strip()!r}')
+      value_text = override_values.TypedText(key, current, value_text)
+    except override_values.OverrideValueError as e:
+      raise UsageError(f'{where}: {e}') from None
+    try:
+      params.SetValueText(key, value_text, where=where)
+    except hyperparams.ParamsTextTypeError as e:
+      if params.IsFrozen():
+        raise UsageError(str(e)) from None
+      raise UsageError(
+          f'{where}: {key} takes {override_values.KindName(current)} (the '
+          f"experiment's value: {params_text.Encode(current)}), not "
+          f'{value_text}.') from None
     except hyperparams.ParamsTextError as e:
       raise UsageError(str(e)) from None
+  _LetSplitsDecideK(params, keys)
+
+
+def _LetSplitsDecideK(params: hyperparams.Params, keys: List[str]) -> None:
+  """Sets num_partitions to 0 beside each overridden, non-empty splits whose
+  num_partitions no override set."""
+  for key in keys:
+    parent, _, name = key.rpartition('.')
+    sibling = f'{parent}.num_partitions' if parent else 'num_partitions'
+    if name != 'splits' or sibling in keys or not params.Get(key):
+      continue
+    try:
+      if params.Get(sibling):
+        params.Set(**{sibling: 0})
+    except AttributeError:
+      continue  # a splits param of something other than a pipeline
 
 
 def _ReadsAsString(value_text: str) -> bool:

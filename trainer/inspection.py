@@ -1,6 +1,15 @@
-"""What `--mode=inspect_params` and `--mode=inspect_model` print."""
+"""What `--mode=inspect_params` and `--mode=inspect_model` print.
 
-from typing import Any, Iterator, List, Optional
+The pipelines are read from the task's params when they hold the layers
+(PipelinedModel stacks fill them in from their params), else from the built
+task (NeedsBuild: a task that makes its layers in its constructor, Lingvo's
+habit). The planner's table weighs only the schedules the pipeline's owner
+can train: the class that calls the PipeliningLayer declares them in
+PIPELINE_SCHEDULES; without it only GPIPE, the one schedule FProp trains
+(the others need FPropWithLoss).
+"""
+
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -31,6 +40,11 @@ _OPTIMIZER_SLOTS = {
 PLANNED_SCHEDULES = ((schedule.ScheduleKind.GPIPE, 1),
                      (schedule.ScheduleKind.ONE_F_ONE_B, 1),
                      (schedule.ScheduleKind.INTERLEAVED, 2))
+# The class attribute naming the ScheduleKinds a pipeline's owner trains.
+SCHEDULES_ATTRIBUTE = 'PIPELINE_SCHEDULES'
+
+# (path, pipeline params, the class of the layer that owns the pipeline)
+Pipeline = Tuple[str, hyperparams.Params, Optional[type]]
 
 
 def OptimizerSlots(kind: base_experiment.OptimizerKind) -> int:
@@ -40,19 +54,48 @@ def OptimizerSlots(kind: base_experiment.OptimizerKind) -> int:
   return _OPTIMIZER_SLOTS[kind]
 
 
-def _Pipelines(params: Any, path: str = '') -> Iterator[tuple]:
-  """(path, params) of every PipeliningLayer in nested params."""
+def RunnableSchedules(owner: Optional[type]) -> Sequence[schedule.ScheduleKind]:
+  """The ScheduleKinds the owner class of a pipeline can train."""
+  return tuple(getattr(owner, SCHEDULES_ATTRIBUTE, (schedule.ScheduleKind.GPIPE,)))
+
+
+def _Pipelines(params: Any, path: str = '',
+               owner: Optional[type] = None) -> Iterator[Pipeline]:
+  """(path, params, owner class) of every PipeliningLayer in nested params."""
   if isinstance(params, hyperparams.Params):
     cls = params.cls if 'cls' in params else None
     if cls is gpipe.PipeliningLayer:
-      yield path or '.', params
+      yield path or '.', params, owner
     elif cls is not None and hasattr(cls, 'PipelineParams'):  # a stack that fills in its pipeline
       pipeline = cls.PipelineParams(params)
       base_layer.InheritBaseParams(pipeline, params)  # e.g. the compute dtype
-      yield f'{path}.pipeline', base_layer.WithInheritedBaseParams(pipeline)
+      yield f'{path}.pipeline', base_layer.WithInheritedBaseParams(pipeline), cls
       return
     for key, value in params.IterParams():
-      yield from _Pipelines(value, f'{path}.{key}' if path else key)
+      yield from _Pipelines(value, f'{path}.{key}' if path else key,
+                            cls if cls is not None else owner)
+
+
+def NeedsBuild(task_params: hyperparams.Params) -> bool:
+  """Whether a pipeline in the params has no layers yet: the task fills
+  them in when it is built, so only the built task shows its cells."""
+  return any(not p.layers and not p.cell_tpl for _, p, _ in _Pipelines(task_params))
+
+
+def BuiltPipelines(task: Any) -> List[Pipeline]:
+  """(path, params, owner class) of every PipeliningLayer of a built task,
+  the path made of the owning layers' attribute names."""
+  found: List[Pipeline] = []
+
+  def Walk(layer: Any, path: str) -> None:
+    for name, child in sorted(vars(layer).items()):
+      if isinstance(child, gpipe.PipeliningLayer):
+        found.append((f'{path}.{name}' if path else name, child.params, type(layer)))
+      elif isinstance(child, base_layer.BaseLayer):
+        Walk(child, f'{path}.{name}' if path else name)
+
+  Walk(task, '')
+  return found
 
 
 def _Human(n: float) -> str:
@@ -84,19 +127,20 @@ def _Bubble(p: hyperparams.Params, num_devices: int, num_micro: int) -> float:
 
 
 def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[int],
-                  budget_bytes: int, optimizer_slots: int) -> List[str]:
+                  budget_bytes: int, optimizer_slots: int,
+                  runnable: Sequence[schedule.ScheduleKind]) -> List[str]:
   """The planner's candidates around the configured K (num_devices) and M,
-  every remat."""
+  every remat, the schedules in runnable."""
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
+  # Replicas run the GPIPE schedule only (gpipe._NumDevices).
+  schedules = [(kind, v) for kind, v in PLANNED_SCHEDULES if kind in runnable and
+               (p.num_replicas == 1 or kind == schedule.ScheduleKind.GPIPE)]
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
-                      broadcast_inputs=p.broadcast_inputs,
-                      # Replicas run the GPIPE schedule only (gpipe._NumDevices).
-                      schedules=PLANNED_SCHEDULES if p.num_replicas == 1 else
-                      PLANNED_SCHEDULES[:1])
+                      broadcast_inputs=p.broadcast_inputs, schedules=schedules)
   best = planner.Recommend(rows)
   verdict = (f'K={best.num_devices} M={best.num_micro_batches} remat '
              f'{best.remat.name} schedule {planner.ScheduleName(best)}'
@@ -105,9 +149,11 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
                  f'{p.num_replicas} of the batch, and the weights once per '
                  'device (replica 0 also holds the optimizer slots and adds '
                  'the replicas\' gradients)' if p.num_replicas > 1 else '')
+  names = ', '.join(k.name for k, _ in schedules)
   return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
           f'{optimizer_slots} optimizer slot(s); per row the device with the '
-          f'largest peak{per_replica}; recommended (*): {verdict}',
+          f'largest peak{per_replica}; schedules the model trains: {names}; '
+          f'recommended (*): {verdict}',
           planner.FormatTable(rows)]
 
 
@@ -151,17 +197,20 @@ def _Places(p: hyperparams.Params, num_devices: int, num_cells: int,
 
 def ModelPlan(task_params: hyperparams.Params,
               budget_bytes: int = DEFAULT_BUDGET_BYTES,
-              optimizer_slots: int = 0, cluster_tasks: int = 0) -> str:
+              optimizer_slots: int = 0, cluster_tasks: int = 0,
+              task: Any = None) -> str:
   """Per pipeline: per cell (and replica) its layers, parameters, FLOPs,
   activation bytes and device, from the layers' metadata (nothing is
   built); then the planner's table of candidate K, M and remat for
   `budget_bytes` per device (planner.Plan, with `optimizer_slots` slots per
   parameter). With `cluster_tasks` worker tasks, pipelines without devices
   of their own go to the tasks' devices as they would in a run on that
-  cluster (device_mapping.DefaultDevices)."""
+  cluster (device_mapping.DefaultDevices). With the built `task`, its
+  pipelines are read from it instead (see NeedsBuild)."""
   lines: List[str] = []
   task_params = base_layer.WithInheritedBaseParams(task_params)
-  for path, p in _Pipelines(task_params):
+  pipelines = BuiltPipelines(task) if task is not None else list(_Pipelines(task_params))
+  for path, p, owner in pipelines:
     cells = gpipe.CellParams(p)
     num_devices = len(cells) // max(p.cells_per_device, 1)
     places = _Places(p, num_devices, len(cells), cluster_tasks)
@@ -190,7 +239,8 @@ def ModelPlan(task_params: hyperparams.Params,
     for r, row in enumerate(places[1:], start=1):
       lines.append(f'  replica {r}: ' + ', '.join(
           f'cell {k} on {d.name}' for k, d in enumerate(row)))
-    lines.extend(_PlannerTable(p, num_devices, num_micro, budget_bytes, optimizer_slots))
+    lines.extend(_PlannerTable(p, num_devices, num_micro, budget_bytes, optimizer_slots,
+                               RunnableSchedules(owner)))
   if not lines:
     lines.append('The model has no PipeliningLayer: it runs on one device.')
   return '\n'.join(lines)

@@ -8,7 +8,7 @@ iterator's position), writes summaries and prints a progress line.
 
 import os
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -19,6 +19,11 @@ from lingvo_pipe.core.nested_map import NestedMap
 from trainer import checkpoints
 from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
+
+
+# Metrics whose name starts so are counts: summed by Eval, not averaged, and
+# left off the progress line.
+COUNT_PREFIX = 'num_'
 
 
 class NonFiniteLossError(RuntimeError):
@@ -91,7 +96,7 @@ class Trainer:
   # --- training -----------------------------------------------------------------
 
   def _TrainStep(self, batch: NestedMap):
-    """One step; returns (loss, gradient norm, finite)."""
+    """One step; returns (loss, gradient norm, finite, the task's metrics)."""
     step_seed = tf.stack([self.global_step.read_value(), tf.constant(0, tf.int64)])
     theta = base_layer.WithStepSeed(self.task.theta, step_seed)
     scale = self.loss_scale
@@ -122,30 +127,38 @@ class Trainer:
       updates = [step] if scale is None else [step, scale.Update(finite)]
     with tf.control_dependencies(updates):
       return (tf.identity(metrics.loss), tf.identity(norm),
-              tf.logical_or(finite, overflow))
+              tf.logical_or(finite, overflow), metrics)
 
   def _TrainLoop(self, num_steps: tf.Tensor):
     """Runs up to num_steps steps; stops early on a non-finite loss if the
-    policy is STOP. Returns (steps run, loss sum, last norm, skipped, stop)."""
+    policy is STOP. Returns (steps run, loss sum, last norm, skipped, stop,
+    metric sums, metric names): the sums over applied steps of the task's
+    other scalar metrics (_ScalarMetrics), named by the string tensor."""
     stop_on_nonfinite = self.tp.on_nonfinite == base_experiment.NonFinitePolicy.STOP
 
-    def Cond(i, loss_sum, norm, skipped, stop):
-      del loss_sum, norm, skipped
+    def Cond(i, loss_sum, norm, skipped, stop, metric_sums, names):
+      del loss_sum, norm, skipped, metric_sums, names
       return tf.logical_and(
           i < num_steps,
           tf.logical_not(tf.logical_or(stop, self.stop_requested.read_value())))
 
-    def Body(i, loss_sum, norm, skipped, stop):
-      del norm, stop
-      loss, norm, finite = self._TrainStep(next(self.train_iterator))
+    def Body(i, loss_sum, norm, skipped, stop, metric_sums, names):
+      del norm, stop, names
+      loss, norm, finite, metrics = self._TrainStep(next(self.train_iterator))
       ok = tf.cast(finite, tf.float32)
+      names, values = _ScalarMetrics(metrics)
+      # The sums start empty ([0]): the first step pads them to its metrics.
+      metric_sums = tf.pad(metric_sums, [[0, tf.size(values) - tf.size(metric_sums)]])
       return (i + 1, loss_sum + tf.where(finite, loss, 0.0), norm,
               skipped + 1 - tf.cast(ok, tf.int32),
-              tf.logical_and(tf.logical_not(finite), stop_on_nonfinite))
+              tf.logical_and(tf.logical_not(finite), stop_on_nonfinite),
+              metric_sums + tf.where(finite, values, 0.0), names)
 
     zero = tf.constant(0.0)
-    return tf.while_loop(Cond, Body, [tf.constant(0), zero, zero, tf.constant(0),
-                                      tf.constant(False)])
+    return tf.while_loop(
+        Cond, Body, [tf.constant(0), zero, zero, tf.constant(0), tf.constant(False),
+                     tf.zeros([0]), tf.zeros([0], tf.string)],
+        shape_invariants=[tf.TensorShape([])] * 5 + [tf.TensorShape([None])] * 2)
 
   def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> bool:
     """Trains until global step max_steps, a loop of steps at a time.
@@ -167,7 +180,8 @@ class Trainer:
         return False
       todo = min(tp.steps_per_loop, max_steps - step)
       start = time.perf_counter()
-      ran, loss_sum, norm, skipped, stop = self._train_loop(tf.constant(todo))
+      ran, loss_sum, norm, skipped, stop, metric_sums, names = self._train_loop(
+          tf.constant(todo))
       elapsed = time.perf_counter() - start
       ran, skipped = int(ran), int(skipped)
       step = int(self.global_step.numpy())
@@ -177,16 +191,25 @@ class Trainer:
             'applying it (on_nonfinite=STOP). The last checkpoint is '
             f'{self.manager.latest_checkpoint}.')
       if ran:
-        loss = float(loss_sum) / max(ran - skipped, 1)
+        applied = max(ran - skipped, 1)
+        loss = float(loss_sum) / applied
+        metrics = {n.decode(): float(v) / applied
+                   for n, v in zip(names.numpy(), metric_sums.numpy())}
         self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
-                        elapsed / ran, skipped)
+                        elapsed / ran, skipped, metrics)
         self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                       elapsed / ran, skipped)
+                       elapsed / ran, skipped, metrics)
       if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
           step >= max_steps or bool(self.stop_requested.numpy())):
         self._Save(step)
       if after_loop is not None:
         after_loop()
+
+  def RunStepsUnsaved(self, num_steps: int) -> None:
+    """Runs num_steps training steps on the state in memory and nothing
+    else: no checkpoint, summary or progress line (the profiler's steps,
+    which must leave the logdir as it was)."""
+    self._train_loop(tf.constant(num_steps))
 
   def _CheckpointPath(self, step: int) -> str:
     return os.path.join(self.checkpoint_dir, f'ckpt-{step}')
@@ -208,9 +231,12 @@ class Trainer:
     self.manager.save(checkpoint_number=step)
 
   def _Summaries(self, writer, step: int, loss: float, norm: float,
-                 examples_per_sec: float, step_time: float, skipped: int) -> None:
+                 examples_per_sec: float, step_time: float, skipped: int,
+                 metrics: Dict[str, float]) -> None:
     with writer.as_default(step=step):
       tf.summary.scalar('loss', loss)
+      for name, value in metrics.items():  # the task's, averaged over the loop
+        tf.summary.scalar(name, value)
       tf.summary.scalar('nonfinite_steps_skipped', skipped)  # in this loop
       tf.summary.scalar('learning_rate', self.learning_rate())
       tf.summary.scalar('grad_norm', norm)
@@ -219,10 +245,13 @@ class Trainer:
     writer.flush()
 
   def _Progress(self, step: int, max_steps: int, loss: float,
-                examples_per_sec: float, step_time: float, skipped: int) -> None:
+                examples_per_sec: float, step_time: float, skipped: int,
+                metrics: Dict[str, float]) -> None:
     eta = int((max_steps - step) * step_time)
     note = f' ({skipped} non-finite steps skipped)' if skipped else ''
-    self.log(f'step {step:>6}/{max_steps}  loss {loss:.4f}  '
+    shown = ''.join(f'  {k} {v:.4f}' for k, v in metrics.items()
+                    if not k.startswith(COUNT_PREFIX))
+    self.log(f'step {step:>6}/{max_steps}  loss {loss:.4f}{shown}  '
              f'{examples_per_sec:8.1f} examples/s  {step_time:.3f} s/step  '
              f'ETA {eta // 60}m{eta % 60:02d}s{note}')
 
@@ -232,8 +261,10 @@ class Trainer:
     return self.task.FProp(self.task.theta, batch)
 
   def Eval(self, split: str = 'dev') -> Dict[str, float]:
-    """Mean metrics over eval_steps batches of split 'dev' or 'test', weighted by
-    num_tokens when the task reports it; written under logdir/eval."""
+    """Metrics over eval_steps batches of split 'dev' or 'test', written
+    under logdir/eval: counts (num_examples, num_tokens: COUNT_PREFIX)
+    summed, the others averaged, weighted by num_tokens when the task
+    reports it."""
     dataset = self.params.Get(split).Instantiate().Dataset().take(self.tp.eval_steps)
     totals: Dict[str, float] = {}
     weight_sum = 0.0
@@ -243,15 +274,30 @@ class Trainer:
         weight = metrics.get('num_tokens', 1.0)
         weight_sum += weight
         for key, value in metrics.items():
-          totals[key] = totals.get(key, 0.0) + (value if key == 'num_tokens' else value * weight)
+          is_count = key.startswith(COUNT_PREFIX)
+          totals[key] = totals.get(key, 0.0) + (value if is_count else value * weight)
     if not weight_sum:
       raise ValueError(f'The {split} input produced no batch; check its data and '
                        'batch_size.')
-    means = {k: (v if k == 'num_tokens' else v / weight_sum) for k, v in totals.items()}
+    means = {k: (v if k.startswith(COUNT_PREFIX) else v / weight_sum)
+             for k, v in totals.items()}
     step = int(self.global_step.numpy())
     with self._Writer('eval').as_default(step=step):
       for key, value in means.items():
         tf.summary.scalar(key, value)
     self._Writer('eval').flush()
-    self.log(f'eval at step {step}: ' + '  '.join(f'{k} {v:.4f}' for k, v in sorted(means.items())))
+    self.log(f'eval at step {step}: ' + '  '.join(
+        f'{k} {v:.0f}' if k.startswith(COUNT_PREFIX) else f'{k} {v:.4f}'
+        for k, v in sorted(means.items())))
     return means
+
+
+def _ScalarMetrics(metrics: NestedMap) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(names, float32 values) of the task's scalar metrics other than loss,
+  sorted by name; [0]-shaped when there are none."""
+  names = sorted(k for k, v in metrics.items()
+                 if k != 'loss' and isinstance(v, tf.Tensor) and v.shape.rank == 0)
+  if not names:
+    return tf.zeros([0], tf.string), tf.zeros([0])
+  return (tf.constant(names, tf.string),
+          tf.stack([tf.cast(metrics[k], tf.float32) for k in names]))

@@ -7,20 +7,22 @@ value and the fix, and nothing in the logdir is touched.
 
 import math
 import re
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from lingvo_pipe.core import hyperparams
 
 # Ranges by the last part of a key. Integers: sizes and counts >= 1;
-# intervals, offsets and axes >= 0 (checked first: micro_batch_size=0 is 'auto').
+# intervals, offsets and axes >= 0 (checked first: micro_batch_size=0 is
+# 'auto', num_partitions=0 leaves K to splits or cell_tpl, which the
+# PipeliningLayer checks are given).
 _POSITIVE_INT = re.compile(
     r'^(.*batch_size|.*_dim|dim|.*_len|vocab_size|num_heads|num_.*layers|'
-    r'num_partitions|num_micro_batches|num_classes|image_size|max_bytes|'
+    r'num_micro_batches|num_classes|image_size|max_bytes|'
     r'eval_every|max_steps|steps_per_loop|eval_steps|max_checkpoints_to_keep|'
     r'num_synthetic)$')
 _NON_NEGATIVE_INT = re.compile(
     r'^(save_interval_steps|warmup_steps|num_logical_devices|batch_dim|'
-    r'micro_batch_size|max_decode_len|decode_steps|decode_interval_steps|'
+    r'micro_batch_size|num_partitions|max_decode_len|decode_steps|decode_interval_steps|'
     r'top_k)$')
 _NON_NEGATIVE_FLOAT = re.compile(
     r'^(keep_checkpoint_every_n_hours|clip_gradient_norm_to_value)$')
@@ -77,23 +79,43 @@ def _Problem(key: str, value: Any) -> str:
   return ''
 
 
+def _KeyedProblems(params: hyperparams.Params) -> List[Tuple[str, str]]:
+  """(key, sentence) of every out-of-range value of the params tree."""
+  return [(k, p) for k, p in ((k, _Problem(k, v)) for k, v in _Leaves(params, '')) if p]
+
+
 def RangeProblems(params: hyperparams.Params) -> List[str]:
   """Every out-of-range value of the params tree, one sentence each."""
-  return [p for p in (_Problem(k, v) for k, v in _Leaves(params, '')) if p]
+  return [p for _, p in _KeyedProblems(params)]
 
 
-def CheckRunParams(params: hyperparams.Params, max_steps_flag: int) -> None:
+def _ExperimentNote(key: str, value: Any, experiment: Optional[hyperparams.Params]) -> str:
+  """' (the experiment's value: X)' when an override changed key's value."""
+  if experiment is None:
+    return ''
+  original = dict(_Leaves(experiment, '')).get(key, value)
+  if original is value or original == value:
+    return " (the experiment's own value)"
+  return f" (the experiment's value: {original!r})"
+
+
+def CheckRunParams(params: hyperparams.Params, max_steps_flag: int,
+                   experiment: Optional[hyperparams.Params] = None) -> None:
   """Raises ParamRangeError naming the first bad value and the fix.
 
   Args:
     params: the run's params (task, train, dev, test, trainer).
     max_steps_flag: the --max_steps flag (0: the experiment's max_steps).
+    experiment: the same params before the overrides, to quote the
+      experiment's value of the bad key (None: not quoted).
   """
   if max_steps_flag < 0:
     raise ParamRangeError(f'--max_steps={max_steps_flag} must be 0 (the '
                           "experiment's trainer.max_steps) or a positive step.")
-  problems = RangeProblems(params)
+  problems = _KeyedProblems(params)
   if problems:
+    key, problem = problems[0]
+    note = _ExperimentNote(key, dict(_Leaves(params, ''))[key], experiment)
     more = f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''
-    raise ParamRangeError(f'{problems[0]}{more}; fix it with '
+    raise ParamRangeError(f'{problem}{note}{more}; fix it with '
                           '--model_params_override.')

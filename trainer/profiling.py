@@ -14,12 +14,13 @@ from trainer import loop
 def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
   """Warms up, then profiles one training step and writes its timeline.
 
-  Each profiled or warm-up call is one loop of one step (steps_per_loop is
-  capped by Train's target step), so the trace holds exactly one step.
+  Each profiled or warm-up call is one loop of one step, so the trace holds
+  exactly one step. The steps run on the state in memory only: no
+  checkpoint, training summary or params.txt is written, so the logdir's
+  global step and checkpoints stay as they were.
 
   Args:
-    trainer_obj: a restored loop.Trainer; its global step advances by
-      warmup_steps + 1 (checkpoints are saved as in training).
+    trainer_obj: a restored loop.Trainer; its variables in memory change.
     warmup_steps: unprofiled steps first; the first one traces the step.
 
   Returns:
@@ -36,13 +37,14 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
                      'step traces the function and must not be profiled.')
 
   def OneStep() -> None:
-    trainer_obj.Train(int(trainer_obj.global_step.numpy()) + 1)
+    trainer_obj.RunStepsUnsaved(1)
 
   logdir = os.path.abspath(trainer_obj.logdir)
+  step = int(trainer_obj.global_step.numpy())  # of the checkpoint profiled
   tasks = _ScheduleTasks(trainer_obj.task)
   intervals = timeline.RecordIntervals(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
-                 os.path.join(logdir, 'profile'), int(trainer_obj.global_step.numpy()))
+                 os.path.join(logdir, 'profile'), step)
   return timeline.Summary(intervals, tasks)
 
 

@@ -88,7 +88,7 @@ def main() -> None:
       tf.constant(1)).graph.as_graph_def()
   losses = []
   for _ in range(args.steps):
-    _, loss_sum, _, _, _ = trainer._train_loop(tf.constant(1))  # pylint: disable=protected-access
+    _, loss_sum, *_ = trainer._train_loop(tf.constant(1))  # pylint: disable=protected-access
     losses.append(float(loss_sum))
   pipeline = trainer.task.stack.pipeline
   variables = {v.name: v for v in trainer.task.trainable_variables}

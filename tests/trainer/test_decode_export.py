@@ -125,7 +125,7 @@ def test_lm_decoder_samples_from_a_prompt(tmp_path):
   dec = decoder.Decoder(loop.Trainer(params, str(tmp_path), log=lines.append), log=lines.append)
   assert dec.Run('def main(') == {}
   assert 'decode at step 0: 3 examples' in lines[-1]
-  text = (tmp_path / 'decode_0.txt').read_text(encoding='utf-8', errors='replace')
+  text = (tmp_path / 'decode_0_prompt.txt').read_text(encoding='utf-8', errors='replace')
   assert text.count('--- prompt ---\ndef main(\n--- sample ---\n') == 3
 
 

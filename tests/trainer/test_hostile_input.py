@@ -49,7 +49,7 @@ CASES = {
                            "Override 'trainer.max_steps=(3'"),
     'not_key_value': (['--model_params_override=trainer.max_steps'], 'is not "key=value"'),
     'wrong_type': (["--model_params_override=trainer.learning_rate='fast'"],
-                   'expects a value of type float'),
+                   "trainer.learning_rate takes a number (the experiment's value: 0.003)"),
     'malformed_params_file': (['--model_params_file_override=TMP/bad_params.txt'],
                               'Line 2 of params text'),
     'unknown_experiment': (['--model=lm.NoSuchExperiment'], "Unknown experiment"),

@@ -5,13 +5,19 @@ import re
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import schedule
 from trainer import inspection
 
 
-def _Task(num_partitions=2, num_micro_batches=4, **kwargs):
+class _EverySchedule:
+  """A pipeline owner that trains every schedule (FPropWithLoss for all)."""
+  PIPELINE_SCHEDULES = tuple(schedule.ScheduleKind)
+
+
+def _Task(num_partitions=2, num_micro_batches=4, owner=_EverySchedule, **kwargs):
   layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=64, output_dim=64)
             for i in range(4)]
-  task = hyperparams.Params()
+  task = hyperparams.InstantiableParams(owner)
   task.Define('pipeline', gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=num_partitions,
       num_micro_batches=num_micro_batches, input_shapes=[[32, 64]], **kwargs), '')
@@ -38,6 +44,12 @@ def test_model_plan_prints_candidates_around_the_configuration():
         (k, m) for k in ks for m in ('2', '4', '8')}
   assert {r[3] for r in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
   assert [r[0] for r in rows].count(True) == 1
+
+
+def test_the_planner_weighs_only_the_schedules_the_owner_trains():
+  """An owner that declares no PIPELINE_SCHEDULES calls FProp: GPIPE only."""
+  rows = _PlannerRows(inspection.ModelPlan(_Task(owner=object)))
+  assert {r[4] for r in rows} == {'GPIPE'} and len(rows) == 3 * 3 * 3
 
 
 def test_model_plan_budget_and_slots():

@@ -6,13 +6,19 @@ import re
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import schedule
 from trainer import inspection
+
+
+class _EverySchedule:
+  """A pipeline owner that trains every schedule (FPropWithLoss for all)."""
+  PIPELINE_SCHEDULES = tuple(schedule.ScheduleKind)
 
 
 def _Task(batch=32, **kwargs):
   layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=64, output_dim=64)
             for i in range(4)]
-  task = hyperparams.Params()
+  task = hyperparams.InstantiableParams(_EverySchedule)
   task.Define('pipeline', gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=2, num_micro_batches=4,
       input_shapes=[[batch, 64]], **kwargs), '')

@@ -57,7 +57,8 @@ def test_inspect_params_and_model():
     (['--model=lm.StdlibBytesTyny'], "Unknown experiment 'lm.StdlibBytesTyny'. Did you mean"),
     (['--model_params_override=trainer.max_stepz=3'],
      "Unknown param 'trainer.max_stepz'. Did you mean 'max_steps'"),
-    (['--model_params_override=trainer.max_steps=0.5'], "expects a value of type int"),
+    (['--model_params_override=trainer.max_steps=0.5'],
+     "trainer.max_steps takes an int (the experiment's value: 8), not 0.5"),
     (['--logdir=/proc/no_such_dir'], 'Cannot write to --logdir'),
     (['--model_params_override=train.file_pattern="/nonexistent/*.txt"'], 'No file matches'),
 ])

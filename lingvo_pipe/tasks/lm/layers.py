@@ -117,6 +117,10 @@ class GPipeTransformerStack(PipelinedModel):
   NestedMap(logits, per_token_loss, weights, loss).
   """
 
+  # Trains every schedule: FProp runs the non-GPIPE ones through
+  # FPropWithLoss (read by the trainer's inspect_model planner).
+  PIPELINE_SCHEDULES = tuple(ScheduleKind)
+
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
     p = super().Params()

@@ -1,0 +1,50 @@
+"""What a run tells its user (issue 28, points 7 and 8): one opening line
+before any tracing, the task's metrics on the progress line and in
+TensorBoard, eval counts summed, params.txt written only by training, and a
+finished run that says nothing was trained."""
+
+import pathlib
+
+from tests.trainer import summaries
+from tests.trainer import your_experiment
+
+KEY = your_experiment.KEY
+
+
+def _Train(cwd: pathlib.Path, logdir: str, *flags: str):
+  return your_experiment.RunTrainer(cwd, f'--model={KEY}', f'--logdir={logdir}', *flags)
+
+
+def test_opening_line_metrics_and_eval_sums(tmp_path):
+  your_experiment.WriteModule(tmp_path)
+  out = _Train(tmp_path, 'run', '--mode=train_and_eval',
+               '--model_params_override=trainer.max_steps=100').stdout.splitlines()
+  assert out[0] == (f'{KEY} (train_and_eval): pipe: K=2 cells, M=4 micro-batches, '
+                    'schedule GPIPE, devices CPU:0 CPU:1; logdir run'), out[0]
+  progress = [line for line in out if line.startswith('step ')]
+  assert len(progress) == 2 and all('  accuracy 0.' in line for line in progress)
+  assert 'num_examples' not in progress[0]
+  train = summaries.Scalars(str(tmp_path / 'run'), 'train')
+  assert [s for s, _ in train['accuracy']] == [50, 100]
+  assert all(0 <= v <= 1 for _, v in train['accuracy'])
+  # eval_steps=4 batches of 32 examples: counted, not averaged.
+  assert 'num_examples 128' in out[-1], out[-1]
+  assert summaries.Scalars(str(tmp_path / 'run'), 'eval')['num_examples'] == [(100, 128.0)]
+
+
+def test_params_text_records_what_trained_and_finished_runs_say_so(tmp_path):
+  your_experiment.WriteModule(tmp_path)
+  logdir = tmp_path / 'run'
+  _Train(tmp_path, 'run', '--mode=train', '--model_params_override='
+         'trainer.max_steps=50; trainer.learning_rate=0.02')
+  trained = (logdir / 'params.txt').read_text()
+  assert 'trainer.learning_rate : 0.02\n' in trained
+
+  evaluated = _Train(tmp_path, 'run', '--mode=eval',
+                     '--model_params_override=trainer.learning_rate=0.5')
+  assert 'eval at step 50' in evaluated.stdout
+  again = _Train(tmp_path, 'run', '--mode=train', '--model_params_override='
+                 'trainer.max_steps=50; trainer.learning_rate=0.5')
+  assert 'Nothing to train: the checkpoint is at step 50' in again.stdout
+  assert not [line for line in again.stdout.splitlines() if line.startswith('step ')]
+  assert (logdir / 'params.txt').read_text() == trained

@@ -1,0 +1,68 @@
+"""The user's module of docs/your_experiment.md and the trainer's console
+script run on it as a user runs it: from the module's directory."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from tests import fresh_process
+
+DOC = fresh_process.ROOT / 'docs' / 'your_experiment.md'
+MODULE = 'my_exps'
+KEY = 'my_exps.MlpGPipe'
+# Code blocks before this heading make the module; those after it are run.
+RUN_HEADING = '## 5. Run it'
+_BLOCK = re.compile(r'^```(\w+)\n(.*?)^```', re.MULTILINE | re.DOTALL)
+TRAINER = pathlib.Path(sys.executable).parent / 'lingvo_pipe_trainer'
+
+
+def Blocks() -> Tuple[str, List[Tuple[str, str]]]:
+  """(the module's source, [(language, code)] of the blocks to run)."""
+  text = DOC.read_text()
+  cut = text.index(RUN_HEADING)
+  module = [code for _, code in _BLOCK.findall(text[:cut])]
+  return '\n\n'.join(module), _BLOCK.findall(text[cut:])
+
+
+def WriteModule(directory: pathlib.Path) -> pathlib.Path:
+  """Writes my_exps.py of the walk-through into directory; returns it."""
+  path = directory / f'{MODULE}.py'
+  path.write_text(Blocks()[0])
+  return path
+
+
+def Env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+  """The user's environment: no PYTHONPATH, no TF_CPP_MIN_LOG_LEVEL."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('PYTHONPATH', 'TF_CPP_MIN_LOG_LEVEL')}
+  env.update(extra or {})
+  return env
+
+
+def RunTrainer(cwd: pathlib.Path, *flags: str, check: bool = True,
+               timeout_s: float = 600, env: Optional[Dict[str, str]] = None
+               ) -> subprocess.CompletedProcess:
+  """Runs the console script lingvo_pipe_trainer in cwd."""
+  return RunCommand(cwd, [str(TRAINER), *flags], check=check, timeout_s=timeout_s,
+                    env=env)
+
+
+def RunCommand(cwd: pathlib.Path, command: List[str], check: bool = True,
+               timeout_s: float = 600, env: Optional[Dict[str, str]] = None
+               ) -> subprocess.CompletedProcess:
+  """Runs command in cwd with the user's environment; with check, a
+  non-zero status fails with the command's last lines of output."""
+  try:
+    result = subprocess.run(command, cwd=cwd, env=Env(env), capture_output=True,
+                            text=True, timeout=timeout_s)
+  except subprocess.TimeoutExpired as e:
+    raise AssertionError(f'{command} timed out after {timeout_s} s:\n'
+                         f'{fresh_process._Text(e.stderr)}') from None  # pylint: disable=protected-access
+  if check and result.returncode:
+    raise AssertionError(f'{" ".join(command)}\nexited {result.returncode}\n'
+                         f'--- stderr ---\n{result.stderr[-3000:]}\n'
+                         f'--- stdout ---\n{result.stdout[-3000:]}')
+  return result

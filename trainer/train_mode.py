@@ -1,0 +1,98 @@
+"""--mode=train, eval and train_and_eval.
+
+Only a mode that trains writes logdir/params.txt, and only when it runs a
+step: the file then describes what trained the checkpoints beside it.
+SIGTERM and SIGINT end training after the step under way with a checkpoint
+at that step (exit status 128 + the signal); see docs/reliability.md.
+"""
+
+import os
+import sys
+import tempfile
+from typing import Callable, Optional
+
+from lingvo_pipe.core import hyperparams
+from trainer import decoder
+from trainer import loop
+from trainer import run_context
+from trainer import signals
+from trainer.run_context import UserError
+
+PARAMS_FILE = 'params.txt'
+
+
+def WriteParamsText(params: hyperparams.Params, logdir: str) -> None:
+  """Writes logdir/params.txt whole or not at all (a temporary file renamed)."""
+  path = os.path.join(logdir, PARAMS_FILE)
+  try:
+    with tempfile.NamedTemporaryFile('w', dir=logdir, prefix='.params.txt.',
+                                     delete=False) as f:
+      f.write(params.ToText())
+    os.replace(f.name, path)
+  except OSError as e:
+    raise UserError(f'Cannot write {path!r}: {e.strerror}; choose a writable '
+                    '--logdir.') from None
+
+
+def _CheckEvalInput(params: hyperparams.Params) -> None:
+  """Reads the dev input now, so a bad eval file fails before training."""
+  try:
+    params.dev.Instantiate()
+  except (OSError, ValueError) as e:
+    raise UserError(f'dev input: {run_context.Reason(e)}') from None
+
+
+def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trainer,
+                             after_loop: Optional[Callable[[], None]]) -> None:
+  """Trains to ctx.max_steps (under the cluster watchdog, if any); SIGTERM
+  or SIGINT end the run after the step under way with a checkpoint at that
+  step, exit status 128 + the signal number."""
+  step = int(trainer_obj.global_step.numpy())
+  if step >= ctx.max_steps:
+    print(f'Nothing to train: the checkpoint is at step {step} and the run '
+          f'stops at step {ctx.max_steps}; raise --max_steps (or '
+          'trainer.max_steps) to train further.', flush=True)
+    return
+  WriteParamsText(ctx.params, ctx.logdir)
+  with signals.GracefulStop(trainer_obj.stop_requested) as stop:
+    try:
+      with ctx.Supervised(trainer_obj):
+        done = trainer_obj.Train(ctx.max_steps, after_loop)
+    except loop.NonFiniteLossError as e:
+      raise UserError(str(e)) from None
+  if not done:
+    signum = stop.signum or signals.signal.SIGTERM
+    step = int(trainer_obj.global_step.numpy())
+    print(f'Stopped by {signals.signal.Signals(signum).name} at step {step}; saved '
+          f'{trainer_obj.manager.latest_checkpoint}. Run the same command to resume.',
+          flush=True)
+    sys.exit(128 + signum)
+
+
+def Run(ctx: run_context.RunContext) -> None:
+  """Trains and/or evaluates, as ctx.options.mode says."""
+  mode, params = ctx.options.mode, ctx.params
+  decode_every = params.trainer.decode_interval_steps
+  if mode == 'train_and_eval' and decode_every > 0:
+    try:
+      decoder.CheckCanDecode(params, ctx.options.model)
+    except decoder.NoDecoderError as e:
+      raise UserError(f'trainer.decode_interval_steps is set but {e}') from None
+  ctx.PrepareLogdir()
+  ctx.ConfigureDevices()
+  if mode in ('eval', 'train_and_eval'):
+    _CheckEvalInput(params)
+  trainer_obj = ctx.NewTrainer()
+  ctx.Restore(trainer_obj)
+  if mode in ('train', 'train_and_eval'):
+    after_loop = None
+    if mode == 'train_and_eval' and decode_every > 0:
+      after_loop = decoder.EveryNSteps(trainer_obj, decode_every)
+    _TrainUntilDoneOrStopped(ctx, trainer_obj, after_loop)
+  if mode in ('eval', 'train_and_eval'):
+    if mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
+      raise UserError(f'No checkpoint in {ctx.logdir!r} to evaluate; train first.')
+    with ctx.Supervised(trainer_obj):
+      trainer_obj.Eval('dev')
+  if mode == 'train_and_eval' and ctx.options.sample_bytes > 0:
+    decoder.PrintSample(trainer_obj, ctx.options.sample_bytes)

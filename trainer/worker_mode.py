@@ -1,0 +1,18 @@
+"""--mode=worker: a task of --cluster_spec serving a client's cells
+(docs/several_machines.md)."""
+
+import os
+
+from trainer import cluster_run
+from trainer import run_context
+from trainer.run_context import UserError
+
+
+def Run(ctx: run_context.RunContext) -> None:
+  """Serves until killed."""
+  options = ctx.options
+  try:
+    cluster_run.RunWorker(options.cluster_spec, options.task, os.environ,
+                          options.worker_threads)
+  except ValueError as e:
+    raise UserError(str(e)) from None
