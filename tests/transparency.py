@@ -179,19 +179,18 @@ def AssertClose(actual: Any, expected: Any, what: str = '') -> None:
 
 
 def _PipelinePaths(pipe: gpipe.PipeliningLayer) -> Dict[str, List[str]]:
-  """Name -> paths of the layers with that name in the pipeline's layers,
-  at any depth (a cell_tpl cell of its own class is one layer of the
-  pipeline, holding the ones its params list)."""
+  """Name -> paths of the pipeline's layers with that name; for a cell_tpl
+  cell of its own class (one layer of the pipeline, holding the ones its
+  params list), those of its sublayers too, under names no layer of the
+  pipeline has."""
   paths: Dict[str, List[str]] = {}
-
-  def Walk(layer):
-    paths.setdefault(layer.params.name, []).append(layer.path)
-    for _, child in layer.Children():
-      Walk(child)
-
+  nested: Dict[str, List[str]] = {}
   for layer in pipe.layers:
-    Walk(layer)
-  return paths
+    paths.setdefault(layer.params.name, []).append(layer.path)
+    if type(layer) is not containers.SequentialLayer and 'sub' in layer.params:
+      for _, sub in layer.Children():
+        nested.setdefault(sub.params.name, []).append(sub.path)
+  return {**nested, **paths}
 
 
 def _Inherit(child: hyperparams.Params, parent: hyperparams.Params) -> None:
