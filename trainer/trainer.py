@@ -201,7 +201,7 @@ def _DecodeOrExport(params) -> None:
   from trainer import checkpoints
   try:
     trainer_obj = loop.Trainer(params, logdir)
-    trainer_obj.Restore()
+    trainer_obj.Restore(read_only=True)  # changes nothing in the checkpoints
     if FLAGS.mode == 'decode':
       decoder.Decoder(trainer_obj).Run(FLAGS.decode_prompt)
     else:
@@ -319,7 +319,8 @@ def Main(argv) -> None:
   except (OSError, ValueError) as e:
     raise _UserError(_Reason(e)) from None
   try:
-    trainer_obj.Restore()
+    # Only training changes the checkpoint directory (docs/checkpoints.md).
+    trainer_obj.Restore(read_only=FLAGS.mode not in ('train', 'train_and_eval'))
   except checkpoints.CheckpointError as e:
     raise _UserError(str(e)) from None
   _WriteParamsText(params, logdir)
