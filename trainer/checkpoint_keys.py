@@ -103,6 +103,20 @@ def ModelSpecs(variables: Mapping[str, tf.Variable],
   return values, slots
 
 
+def Resolve(path: str) -> Optional[str]:
+  """The checkpoint prefix `path` names: the newest recorded checkpoint of a
+  checkpoints directory or of a logdir's `checkpoints`, or `path` itself if
+  it is a prefix (has a .index file); None if none."""
+  for directory in (path, os.path.join(path, 'checkpoints')):
+    if os.path.isdir(directory):
+      newest = tf.train.latest_checkpoint(directory)
+      if newest:
+        return newest
+  if tf.io.gfile.exists(path + '.index'):
+    return path
+  return None
+
+
 def CheckpointSpecs(path: str) -> Dict[str, Spec]:
   """{key: spec} of every tensor in the checkpoint at prefix `path`."""
   reader = tf.train.load_checkpoint(path)
@@ -155,9 +169,9 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
         f'Checkpoint {name} was written by an earlier version: its variables are '
         f'named by pipeline cell (e.g. {old[0]}), and would load into the wrong '
         f'layers or not at all. It was not changed. Convert it into a new logdir '
-        f'with: {CONVERT_COMMAND} {_Logdir(path)} NEW_LOGDIR (it reads the '
-        'params the run was trained with from its params.txt), then run with '
-        '--logdir=NEW_LOGDIR.')
+        f'with: {CONVERT_COMMAND} --model=MODEL {_Logdir(path)} NEW_LOGDIR (MODEL: '
+        'the --model it was trained with; the params come from its params.txt), '
+        'then run with --logdir=NEW_LOGDIR.')
   model_diff = Compare(ckpt_values, values)
   slot_diff = Differences([], [], []) if reset_slots else Compare(ckpt_slots, slots)
   if not model_diff and not slot_diff:

@@ -74,22 +74,17 @@ def CheckRules(rules: Any) -> Dict[str, Tuple[List[Rule], List[str]]]:
 
 
 def ResolveCheckpoint(path: str) -> str:
-  """The checkpoint prefix `path` names: itself, or the newest checkpoint of
-  a checkpoints directory or of a logdir's `checkpoints`.
+  """The checkpoint prefix `path` names (checkpoint_keys.Resolve).
 
   Raises:
     WarmStartError: if there is none.
   """
-  for directory in (path, os.path.join(path, 'checkpoints')):
-    if os.path.isdir(directory):
-      newest = tf.train.latest_checkpoint(directory)
-      if newest:
-        return newest
-  if tf.io.gfile.exists(path + '.index'):
-    return path
-  raise WarmStartError(f'trainer.init_from_checkpoint_rules: no checkpoint at '
-                       f'{path!r} (neither a prefix with a .index file nor a '
-                       'directory holding one); fix the path.')
+  prefix = checkpoint_keys.Resolve(path)
+  if prefix is None:
+    raise WarmStartError(f'trainer.init_from_checkpoint_rules: no checkpoint at '
+                         f'{path!r} (neither a prefix with a .index file nor a '
+                         'directory holding one); fix the path.')
+  return prefix
 
 
 def Plan(variables: Mapping[str, tf.Variable], rules: Any
