@@ -157,7 +157,8 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
   """
   in_checkpoint = CheckpointSpecs(path)
   values, slots = ModelSpecs(variables, slot_names)
-  ckpt_values, ckpt_slots = {}, {}
+  ckpt_values: Dict[str, Spec] = {}
+  ckpt_slots: Dict[str, Spec] = {}
   for key, spec in in_checkpoint.items():
     parsed = ParseModelKey(key)
     if parsed is not None:

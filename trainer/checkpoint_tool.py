@@ -23,8 +23,8 @@ def _Quiet() -> None:
   """Keeps TensorFlow's C++ start-up lines off the terminal (as the trainer
   does, trainer/quiet_logs.py), unless the user set TF_CPP_MIN_LOG_LEVEL."""
   from trainer import quiet_logs  # pylint: disable=g-import-not-at-top
-  level = os.environ.get('TF_CPP_MIN_LOG_LEVEL', '')
-  level = min(int(level), 3) if level.strip().isdigit() else 3
+  text = os.environ.get('TF_CPP_MIN_LOG_LEVEL', '')
+  level = min(int(text), 3) if text.strip().isdigit() else 3
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = str(level)
   quiet_logs.FilterCppLogs(level)
 
