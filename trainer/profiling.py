@@ -19,7 +19,8 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
 
   Args:
     trainer_obj: a restored loop.Trainer; its global step advances by
-      warmup_steps + 1 (checkpoints are saved as in training).
+      warmup_steps + 1 (saved only if it was restored for training, not
+      read-only as --mode=profile restores it).
     warmup_steps: unprofiled steps first; the first one traces the step.
 
   Returns:

@@ -154,6 +154,7 @@ def Apply(variables: Mapping[str, tf.Variable], rules: Any,
     log(f'Warm start from {prefix}: rule ({regex!r}, {name_format!r}) loaded '
         f'{len(pairs)} variable(s).')
   rest = [p for p in variables if p not in loaded]
-  shown = ', '.join(rest[:_SHOWN]) + (', ...' if len(rest) > _SHOWN else '')
+  shown = ', '.join(rest[:_SHOWN]) + (
+      f' and {len(rest) - _SHOWN} more' if len(rest) > _SHOWN else '')
   log(f'Warm start: {len(loaded)} of {len(variables)} variables loaded; '
       f'{len(rest)} keep their initial values' + (f': {shown}.' if rest else '.'))
