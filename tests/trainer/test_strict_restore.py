@@ -156,3 +156,13 @@ def test_reset_optimizer_state_restores_the_model_with_fresh_slots(adam_logdir, 
                'trainer.reset_optimizer_state=True', check=True)
   assert 'ckpt-6 at step 6' in again.stdout
   assert 'Optimizer state reset' not in again.stdout
+
+
+@pytest.mark.parametrize('mode', ['profile', 'export'])
+def test_profile_and_export_change_no_checkpoint(adam_logdir, tmp_path, mode):
+  # decode takes the same read-only restore (trainer.py's _DecodeOrExport).
+  logdir = _Copy(adam_logdir, tmp_path)
+  before = _Snapshot(logdir / 'checkpoints')
+  result = _Run(logdir, mode, FOUR_LAYERS, check=True)
+  assert 'ckpt-4 at step 4' in result.stdout
+  assert _Snapshot(logdir / 'checkpoints') == before  # profile's steps not saved
