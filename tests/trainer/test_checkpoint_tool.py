@@ -42,17 +42,38 @@ def _Snapshot(directory):
   return out
 
 
+def _OldGraph(layer):
+  """What earlier versions checkpointed of `layer` (tf.train.Checkpoint of
+  the task module): its variables and children by attribute name, lists by
+  index, a pipeline's layers as its cells' lists `cell_<k>/sub/<j>` (today
+  cells are views of the pipeline's `layers`; before, they were children)."""
+  node = {name: v for name, v in layer.vars.items() if isinstance(v, tf.Variable)}
+  runs = layer.CellLayerIndices() if hasattr(layer, 'CellLayerIndices') else None
+  for name, child in layer.Children():
+    attr, _, index = name.partition('.')
+    if runs is not None and attr == 'layers':
+      continue
+    if index:
+      node.setdefault(attr, {})[index] = _OldGraph(child)
+    else:
+      node[attr] = _OldGraph(child)
+  for k, run in enumerate(runs or []):
+    node[f'cell_{k}'] = {'sub': {str(j): _OldGraph(layer.layers[i])
+                                 for j, i in enumerate(run)}}
+  return node
+
+
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
   """Two logdirs holding the same training state at step 2: `today` as the
-  trainer writes it, `old` as earlier versions did (tf.train.Checkpoint of
-  the task module), with the run's params.txt; and that state's trainer."""
+  trainer writes it, `old` as earlier versions did (cell-indexed names),
+  with the run's params.txt; and that state's trainer."""
   today, old = tmp_path_factory.mktemp('today'), tmp_path_factory.mktemp('old')
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(TINY))
   experiment_params.ApplyOverrides(params, OVERRIDES)
   trainer = loop.Trainer(params, str(today), log=lambda _: None)
   trainer.Train(2)
-  checkpoint = tf.train.Checkpoint(model=trainer.task, optimizer=trainer.optimizer,
+  checkpoint = tf.train.Checkpoint(model=_OldGraph(trainer.task), optimizer=trainer.optimizer,
                                    global_step=trainer.global_step,
                                    train_iterator=trainer.train_iterator)
   tf.train.CheckpointManager(checkpoint, str(old / 'checkpoints'), 5).save(2)
@@ -89,7 +110,8 @@ def test_old_checkpoint_stops_the_trainer_with_the_convert_command(runs):
     assert 'step ' not in result.stdout
   assert _Snapshot(old) == before
   listed = _Tool('list', str(old)).stdout
-  assert 'Written by an earlier version' in listed and '/sub/' in listed
+  assert 'Written by an earlier version' in listed
+  assert 'stack/pipeline/cell_1/sub/0/softmax/w ' in listed  # the last cell's softmax
 
 
 def test_convert_round_trip(runs, tmp_path):
