@@ -21,7 +21,7 @@ tell them apart.
 
 import dataclasses
 import os
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
@@ -240,7 +240,7 @@ def _Logdir(path: str) -> str:
   return directory
 
 
-def SlotNamesOf(optimizer_factory) -> List[str]:
+def SlotNamesOf(optimizer_factory: Callable[[], Any]) -> List[str]:
   """The slot names an optimizer creates per variable, found by letting
   one from `optimizer_factory()` update a throwaway variable (slots are
   created lazily, at the first update)."""

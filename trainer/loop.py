@@ -97,6 +97,8 @@ class Trainer:
         (checkpoint_keys.CheckpointMismatchError), or warm start fails.
     """
     self._read_only = read_only
+    if self.tp.init_from_checkpoint_rules:  # malformed rules fail even on a restart
+      warm_start.CheckRules(self.tp.init_from_checkpoint_rules)
     slot_names = checkpoint_keys.SlotNamesOf(
         lambda: optimizers.Optimizer(self.tp, lambda: 0.0))
     reset_at: List[str] = []

@@ -4,6 +4,8 @@ loaded tensors equal the source's, the rest equal a fresh model's initial
 values; applied only to a logdir without a checkpoint; a missing source
 name or another shape stops the binary with one line before any step."""
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,6 +15,7 @@ from tests import fresh_process
 from trainer import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
+from trainer import warm_start
 
 TINY = 'lm.StdlibBytesTiny'
 # One cell in both models, so the paths agree whatever the partitioning.
@@ -96,3 +99,13 @@ def test_bad_rule_is_one_line_before_any_step(source, tmp_path, rule, name_forma
   assert len(errors) == 1 and message in errors[0], result.stderr
   assert 'error: Warm start: rule (' in errors[0]
   assert 'step ' not in result.stdout
+
+
+def test_malformed_rules_fail_even_when_a_checkpoint_exists(source, tmp_path):
+  logdir = tmp_path / 'copy'
+  shutil.copytree(source, logdir)
+  trainer = loop.Trainer(_Params(f"{COMMON}; trainer.init_from_checkpoint_rules={{'a': 'b'}}"),
+                         str(logdir), log=lambda _: None)
+  with pytest.raises(warm_start.WarmStartError, match=r"init_from_checkpoint_rules\['a'\] = "
+                     r"'b' is not \(\[\(regex, format\), \.\.\.\], \[ignore regex, \.\.\.\]\)"):
+    trainer.Restore()
