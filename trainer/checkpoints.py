@@ -229,7 +229,7 @@ def RestoreNewestReadable(checkpoint: tf.train.Checkpoint, directory: str,
       continue
     if damaged and read_only:
       log(f'Fell back to {os.path.basename(path)}; left '
-          f'{", ".join(os.path.basename(b) for b, _ in damaged)} as they are '
+          f'{", ".join(os.path.basename(b) for b, _ in damaged)} untouched '
           '(this mode changes no checkpoint; the next training run sets them aside).')
     elif damaged:
       for bad, _ in damaged:

@@ -128,7 +128,7 @@ def test_eval_past_a_damaged_checkpoint_changes_nothing(adam_logdir, tmp_path):
   before = _Snapshot(logdir / 'checkpoints')
   result = _Run(logdir, 'eval', FOUR_LAYERS, check=True)
   assert 'Checkpoint ckpt-4 is damaged (' in result.stdout
-  assert 'left ckpt-4 as they are' in result.stdout
+  assert 'left ckpt-4 untouched (this mode changes no checkpoint' in result.stdout
   assert 'eval at step 2' in result.stdout
   assert _Snapshot(logdir / 'checkpoints') == before
 
