@@ -135,40 +135,8 @@ def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> s
   # zero update creates them, and every value is overwritten below.
   trainer.optimizer.apply_gradients(
       [(tf.zeros_like(v), v) for v in trainer.variables])
-  old_paths = OldPaths(trainer.task)
-  used, missing, reshaped = set(), [], []
-  assignments = []
   slot_names = sorted(trainer.optimizer.get_slot_names())
-  for path, var in trainer.model_variables.items():
-    candidates = [p for p in old_paths.get(id(var), [])
-                  if checkpoint_keys.VariableKey(p) in specs]
-    if not candidates:
-      missing.append(path)
-      continue
-    old_path = candidates[0]
-    targets = [(checkpoint_keys.VariableKey(old_path), var)]
-    if var.trainable:
-      targets += [(checkpoint_keys.SlotKey(old_path, s), trainer.optimizer.get_slot(var, s))
-                  for s in slot_names]
-    for key, target in targets:
-      want = checkpoint_keys.Spec(tuple(target.shape.as_list()), target.dtype.base_dtype)
-      if key not in specs:
-        missing.append(checkpoint_keys.ShortName(key))
-      elif specs[key] != want:
-        reshaped.append(f'{checkpoint_keys.ShortName(key)}: checkpoint {specs[key]}, '
-                        f'model {want}')
-      else:
-        used.add(key)
-        assignments.append((key, target))
-  unused = sorted(k for k in specs if checkpoint_keys.ParseModelKey(k) and k not in used)
-  if missing or reshaped or unused:
-    raise ConvertError(
-        f'The model of these params does not fit {os.path.basename(old)}: ' + '; '.join(
-            f'{len(names)} {what} ({", ".join(names[:_SHOWN])}{", ..." if len(names) > _SHOWN else ""})'
-            for what, names in (('missing from it', missing), ('with another shape', reshaped),
-                                ('not in the model', [checkpoint_keys.ShortName(k) for k in unused]))
-            if names) +
-        '. Give the --model and params the old run was trained with.')
+  assignments = _Assignments(trainer, slot_names, specs, os.path.basename(old))
   for key, target in assignments:
     target.assign(reader.get_tensor(key))
   _RestoreTheRest(trainer, old, log)
@@ -181,6 +149,55 @@ def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> s
       f'{int(trainer.global_step.numpy())}) to {prefix}. Train on with '
       f'--logdir={new_logdir}.')
   return prefix
+
+
+def _Assignments(trainer, slot_names: List[str], specs: Dict[str, checkpoint_keys.Spec],
+                 name: str) -> List[tuple]:
+  """(old key, variable or slot to assign it to) for every model variable
+  and slot; every old model key is used exactly once.
+
+  Raises:
+    ConvertError: naming what is missing, reshaped or left over.
+  """
+  old_paths = OldPaths(trainer.task)
+  missing: List[str] = []
+  reshaped: List[str] = []
+  out = []
+  for path, var in trainer.model_variables.items():
+    candidates = [p for p in old_paths.get(id(var), [])
+                  if checkpoint_keys.VariableKey(p) in specs]
+    if not candidates:
+      missing.append(path)
+      continue
+    targets = [(checkpoint_keys.VariableKey(candidates[0]), var)]
+    if var.trainable:
+      targets += [(checkpoint_keys.SlotKey(candidates[0], s),
+                   trainer.optimizer.get_slot(var, s)) for s in slot_names]
+    for key, target in targets:
+      want = checkpoint_keys.Spec(tuple(target.shape.as_list()), target.dtype.base_dtype)
+      if key not in specs:
+        missing.append(checkpoint_keys.ShortName(key))
+      elif specs[key] != want:
+        reshaped.append(f'{checkpoint_keys.ShortName(key)}: checkpoint {specs[key]}, '
+                        f'model {want}')
+      else:
+        out.append((key, target))
+  used = {key for key, _ in out}
+  unused = [checkpoint_keys.ShortName(k) for k in sorted(specs)
+            if checkpoint_keys.ParseModelKey(k) and k not in used]
+  problems = [_Listed(what, names) for what, names in (
+      ('missing from it', missing), ('with another shape', reshaped),
+      ('not in the model', unused)) if names]
+  if problems:
+    raise ConvertError(f'The model of these params does not fit {name}: '
+                       f'{"; ".join(problems)}. Give the --model and params the old '
+                       'run was trained with.')
+  return out
+
+
+def _Listed(what: str, names: List[str]) -> str:
+  more = ', ...' if len(names) > _SHOWN else ''
+  return f'{len(names)} {what} ({", ".join(names[:_SHOWN])}{more})'
 
 
 def _RestoreTheRest(trainer, old: str, log: Callable[[str], None]) -> None:

@@ -145,3 +145,14 @@ def test_convert_round_trip(runs, tmp_path):
       s for s in summaries.Scalars(str(today), 'train')['loss'] if s[0] == 4]
   again = _Tool('convert', f'--model={TINY}', str(old), str(new), check=False)
   assert again.returncode == 2 and 'is not empty' in again.stderr
+
+
+def test_convert_with_other_params_is_one_line_and_writes_nothing(runs, tmp_path):
+  old, new = runs[1], tmp_path / 'converted'
+  result = _Tool('convert', f'--model={TINY}', '--model_params_override=task.stack.num_layers=3',
+                 str(old), str(new), check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr
+  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and 'The model of these params does not fit ckpt-2:' in errors[0]
+  assert 'not in the model (stack/pipeline/cell_' in errors[0], errors[0]
+  assert not new.exists() or not os.listdir(new)
