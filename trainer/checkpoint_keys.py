@@ -20,7 +20,9 @@ tell them apart.
 """
 
 import dataclasses
+import glob
 import os
+import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -104,14 +106,18 @@ def ModelSpecs(variables: Mapping[str, tf.Variable],
 
 
 def Resolve(path: str) -> Optional[str]:
-  """The checkpoint prefix `path` names: the newest recorded checkpoint of a
-  checkpoints directory or of a logdir's `checkpoints`, or `path` itself if
-  it is a prefix (has a .index file); None if none."""
+  """The checkpoint prefix `path` names: the newest checkpoint of a
+  checkpoints directory or of a logdir's `checkpoints` (the newest recorded
+  one, or without a readable state file the highest-numbered on disk), or
+  `path` itself if it is a prefix (has a .index file); None if none."""
   for directory in (path, os.path.join(path, 'checkpoints')):
     if os.path.isdir(directory):
       newest = tf.train.latest_checkpoint(directory)
-      if newest:
-        return newest
+      numbered = [(int(m.group(2)), m.group(1)) for m in (
+          re.match(r'^(.*-(\d+))\.index$', f) for f in glob.glob(
+              os.path.join(glob.escape(directory), '*.index'))) if m]
+      if newest or numbered:
+        return newest or max(numbered)[1]
   if tf.io.gfile.exists(path + '.index'):
     return path
   return None
