@@ -25,6 +25,9 @@ setuptools.setup(
     ],
     extras_require={'test': ['pytest', 'pytest-xdist', 'mypy', 'hypothesis']},
     entry_points={
-        'console_scripts': ['lingvo_pipe_trainer=trainer.trainer:Run'],
+        'console_scripts': [
+            'lingvo_pipe_trainer=trainer.trainer:Run',
+            'lingvo_pipe_checkpoint=trainer.checkpoint_tool:Run',
+        ],
     },
 )

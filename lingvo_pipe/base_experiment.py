@@ -69,6 +69,19 @@ def TrainerParams() -> hyperparams.Params:
   p.Define('loss_scale_growth_interval', 2000, 'Overflow-free steps before '
            'the scale grows (DYNAMIC).')
   p.Define('seed', 1234, 'Random seed.')
+  p.Define('reset_optimizer_state', False, 'Restore the model, global step '
+           'and input position from the checkpoint but start the optimizer '
+           'slots (and e.g. Adam\'s beta powers) afresh; for a checkpoint '
+           'trained with another optimizer. Once: checkpoints saved after '
+           'the reset keep their slots (docs/checkpoints.md).')
+  p.Define('init_from_checkpoint_rules', {}, 'Warm start, as in Lingvo: '
+           '{checkpoint (prefix, or a logdir or checkpoints directory: its '
+           'newest): ([(regex, source name format), ...], [ignore regex, '
+           '...])}. A model variable path that re.match-es a regex (and no '
+           'ignore regex) is loaded from the source variable '
+           'format % match.groups(), e.g. (\'stack/(.*)\', \'stack/%s\'). '
+           'Applied only when the logdir has no checkpoint yet '
+           '(trainer/warm_start.py).')
   p.Define('num_logical_devices', 0, 'Logical CPU devices to create when no '
            'accelerator exists (0: as many as the pipelines need).')
   return p

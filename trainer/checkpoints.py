@@ -7,7 +7,10 @@ handle is written here: leftover temporary files are removed, a damaged
 or missing state file is rebuilt from the checkpoints on disk (never a
 silent start from scratch over them), and a recorded checkpoint whose files
 are truncated or garbled is set aside (renamed `*.damaged`) in favour of
-the previous readable one.
+the previous readable one. A readable checkpoint that does not match the
+model (checkpoint_keys.CheckMatches) is not damaged: the run stops and
+nothing is changed. Read-only restores (eval, decode, export, profile)
+change nothing in the directory at all.
 """
 
 import contextlib
@@ -21,13 +24,16 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
+from trainer import checkpoint_keys
+
 STATE_FILE = 'checkpoint'
 DAMAGED_SUFFIX = '.damaged'
 _NUMBERED = re.compile(r'^(.*-(\d+))\.index$')
 
 
-class CheckpointError(RuntimeError):
-  """No recorded checkpoint is readable; the message names each and why."""
+# No recorded checkpoint is readable, or the newest readable one does not
+# match the model (checkpoint_keys.CheckpointMismatchError); one line.
+CheckpointError = checkpoint_keys.CheckpointError
 
 
 @contextlib.contextmanager
@@ -156,54 +162,82 @@ def _SetAside(path: str) -> None:
     os.replace(name, name + DAMAGED_SUFFIX)
 
 
+def _Recorded(directory: str, read_only: bool,
+              log: Callable[[str], None]) -> Tuple[List[str], List[float], Optional[object]]:
+  """(recorded checkpoint prefixes oldest first, their timestamps, the
+  state); with read_only, a missing or unreadable state file is read past
+  (the checkpoints on disk) instead of rebuilt."""
+  if not read_only:
+    removed = CleanLeftovers(directory)
+    if removed:
+      log(f'Removed leftovers of an interrupted save: {", ".join(removed)}.')
+    RepairState(directory, log)
+  state = _State(directory)
+  if state is None:
+    return (OnDisk(directory) if read_only else []), [], None
+  paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+  if state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return paths, list(state.all_model_checkpoint_timestamps), state
+
+
 def RestoreNewestReadable(checkpoint: tf.train.Checkpoint, directory: str,
-                          log: Callable[[str], None]) -> Optional[str]:
+                          log: Callable[[str], None],
+                          check: Optional[Callable[[str], tf.train.Checkpoint]] = None,
+                          read_only: bool = False) -> Optional[str]:
   """Restores the newest readable recorded checkpoint in `directory`.
 
   Damaged newer ones are reported (one line each), set aside and dropped
   from the state file, so later saves and restarts do not meet them again.
+
+  Args:
+    checkpoint: what to restore into; every object it holds must be in the
+      checkpoint (optimizer slots are restored when they are created).
+    directory: the checkpoint directory.
+    log: prints one line.
+    check: called with the prefix of the readable candidate before it is
+      restored; returns what to restore it into (instead of `checkpoint`),
+      or raises checkpoint_keys.CheckpointMismatchError if it does not fit
+      the model (that stops the restore: no fallback, no change).
+    read_only: change nothing in `directory` (no leftovers removed, no state
+      file rebuilt, damaged checkpoints only skipped): eval, decode, export
+      and profile.
 
   Returns:
     The restored checkpoint's prefix, or None if `directory` holds none.
 
   Raises:
     CheckpointError: if checkpoints are recorded but none is readable
-      (nothing is renamed then).
+      (nothing is renamed then), or the newest readable one does not match
+      the model (CheckpointMismatchError; nothing is renamed either).
   """
   if not os.path.isdir(directory):
     return None
-  removed = CleanLeftovers(directory)
-  if removed:
-    log(f'Removed leftovers of an interrupted save: {", ".join(removed)}.')
-  RepairState(directory, log)
-  state = _State(directory)
-  if state is None:
+  paths, timestamps, state = _Recorded(directory, read_only, log)
+  if not paths:
     return None
-  paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-  if state.model_checkpoint_path not in paths:
-    paths.append(state.model_checkpoint_path)
-  timestamps = list(state.all_model_checkpoint_timestamps)
   damaged: List[Tuple[str, str]] = []
   for index in range(len(paths) - 1, -1, -1):
     path = paths[index]
     reason = Problem(path)
     if reason is None:
-      try:
-        checkpoint.restore(path).expect_partial()
-      except Exception as e:  # pylint: disable=broad-except
-        reason = _Reason(e)  # e.g. the iterator's state, read only here
+      reason = _Restore(checkpoint if check is None else check(path), path)
     if reason is not None:
       damaged.append((path, reason))
       log(f'Checkpoint {os.path.basename(path)} is damaged ({reason}); '
           'falling back to the previous one.')
       continue
-    if damaged:
+    if damaged and read_only:
+      log(f'Fell back to {os.path.basename(path)}; left '
+          f'{", ".join(os.path.basename(b) for b, _ in damaged)} untouched '
+          '(this mode changes no checkpoint; the next training run sets them aside).')
+    elif damaged:
       for bad, _ in damaged:
         _SetAside(bad)
       kept = paths[:index + 1]
       _WriteState(directory, kept,
                   timestamps[:index + 1] if len(timestamps) == len(paths) else None,
-                  state.last_preserved_timestamp or None)
+                  getattr(state, 'last_preserved_timestamp', None) or None)
       log(f'Fell back to {os.path.basename(path)}; set aside '
           f'{", ".join(os.path.basename(b) for b, _ in damaged)} as *{DAMAGED_SUFFIX}.')
     return path
@@ -211,3 +245,54 @@ def RestoreNewestReadable(checkpoint: tf.train.Checkpoint, directory: str,
       f'No readable checkpoint in {directory}: ' +
       '; '.join(f'{os.path.basename(p)} ({r})' for p, r in damaged) +
       '. Move the directory away (or pick another --logdir) to start from scratch.')
+
+
+def _Restore(checkpoint: tf.train.Checkpoint, path: str) -> Optional[str]:
+  """Restores `path` into `checkpoint`; returns why that failed (damage,
+  e.g. of the iterator's state, which is read only here), or None.
+
+  Raises:
+    CheckpointMismatchError: if an object of `checkpoint` is not in it.
+  """
+  try:
+    status = checkpoint.restore(path)
+  except Exception as e:  # pylint: disable=broad-except
+    return _Reason(e)
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    raise checkpoint_keys.CheckpointMismatchError(
+        f'Checkpoint {os.path.basename(path)} in {os.path.dirname(path)} lacks part of '
+        f'the training state ({_Reason(e)}); it is intact and was not changed. '
+        'Run with the trainer params it was trained with (e.g. the same '
+        'trainer.loss_scaling).') from None
+  # The model's variables were checked key by key (`check`) and all matched
+  # above. Optimizer slots are created by the first step and restored then;
+  # modes that never step (eval) would otherwise warn about them at exit.
+  status.expect_partial()
+  return None
+
+
+# In the logdir: the step of the checkpoint whose optimizer slots
+# trainer.reset_optimizer_state discarded. Checkpoints after it hold the
+# new slots, so a restarted run keeps them.
+OPTIMIZER_RESET_FILE = 'optimizer_reset_step.txt'
+
+
+def ResetsOptimizer(path: str, logdir: str) -> bool:
+  """Whether trainer.reset_optimizer_state still applies to checkpoint
+  `path`: no reset yet, or none saved since (the run was stopped first)."""
+  try:
+    with open(os.path.join(logdir, OPTIMIZER_RESET_FILE)) as f:
+      done = int(f.read().split()[0])
+  except (OSError, ValueError, IndexError):
+    return True
+  return (_Number(path) or 0) <= done
+
+
+def RecordOptimizerReset(path: str, logdir: str) -> None:
+  """Notes that the slots of checkpoint `path` were reset (ResetsOptimizer)."""
+  target = os.path.join(logdir, OPTIMIZER_RESET_FILE)
+  with open(target + '.tmp', 'w') as f:
+    f.write(f'{_Number(path) or 0}\n')
+  os.replace(target + '.tmp', target)

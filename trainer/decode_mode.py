@@ -42,7 +42,7 @@ def Run(ctx: run_context.RunContext) -> None:
                     '(--mode=train) or point --logdir at a trained run.')
   trainer_obj = ctx.NewTrainer()
   try:
-    trainer_obj.Restore()
+    trainer_obj.Restore(read_only=True)  # changes nothing in the checkpoints
     if mode == 'decode':
       _Decode(trainer_obj, ctx.options.decode_prompt)
     else:

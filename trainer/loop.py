@@ -8,17 +8,20 @@ iterator's position), writes summaries and prints a progress line.
 
 import os
 import time
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
+from trainer import checkpoint_keys
 from trainer import checkpoints
 from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
+from trainer import warm_start
 
 
 # Metrics whose name starts so are counts: summed by Eval, not averaged, and
@@ -52,13 +55,20 @@ class Trainer:
     self.optimizer = optimizers.Optimizer(self.tp, self.learning_rate)
     self.train_input = params.train.Instantiate()
     self.train_iterator = iter(self.train_input.Dataset())
-    self.checkpoint = tf.train.Checkpoint(
-        model=self.task, optimizer=self.optimizer, global_step=self.global_step,
-        train_iterator=self.train_iterator)
+    # The model's variables by their path in the logical model, so a
+    # checkpoint loads under any layout (checkpoint_keys.py has the keys).
+    self.model_variables = variable_paths.VariablesByPath(self.task)
+    state = dict(model=variable_paths.Nested(self.model_variables),
+                 global_step=self.global_step, train_iterator=self.train_iterator)
     # float16: the loss scale and its count, checkpointed (loss_scale.py).
     self.loss_scale = loss_scale_lib.FromParams(self.tp)
     if self.loss_scale is not None:
-      self.checkpoint.loss_scale = self.loss_scale
+      state['loss_scale'] = self.loss_scale
+    self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, **state)
+    # What Restore reads with reset_optimizer_state: all but the optimizer.
+    self._checkpoint_without_optimizer = tf.train.Checkpoint(**state)
+    # Set by Restore(read_only=True): the run saves no checkpoint.
+    self._read_only = False
     self.checkpoint_dir = os.path.join(logdir, 'checkpoints')
     self.manager = self._NewManager()
     self._train_loop = tf.function(self._TrainLoop, autograph=False)
@@ -74,18 +84,53 @@ class Trainer:
         max_to_keep=self.tp.max_checkpoints_to_keep,
         keep_checkpoint_every_n_hours=self.tp.keep_checkpoint_every_n_hours or None)
 
-  def Restore(self) -> Optional[str]:
+  def Restore(self, read_only: bool = False) -> Optional[str]:
     """Restores the newest readable checkpoint, if any, falling back past
-    damaged ones (see checkpoints.py); returns its path.
+    damaged ones (see checkpoints.py); returns its path. The checkpoint
+    must hold exactly the model's variables and optimizer slots
+    (checkpoint_keys.CheckMatches); trainer.reset_optimizer_state restores
+    all but the optimizer. Without a checkpoint, in a training run,
+    trainer.init_from_checkpoint_rules warm starts the model.
+
+    Args:
+      read_only: change nothing in the checkpoint directory, now or later
+        (no save): eval, decode, export and profile.
 
     Raises:
-      checkpoints.CheckpointError: if checkpoints exist but none is readable.
+      checkpoints.CheckpointError: if checkpoints exist but none is readable,
+        or the newest readable one does not match the model
+        (checkpoint_keys.CheckpointMismatchError), or warm start fails.
     """
+    self._read_only = read_only
+    if self.tp.init_from_checkpoint_rules:  # malformed rules fail even on a restart
+      warm_start.CheckRules(self.tp.init_from_checkpoint_rules)
+    slot_names = checkpoint_keys.SlotNamesOf(
+        lambda: optimizers.Optimizer(self.tp, lambda: 0.0))
+    reset_at: List[str] = []
+
+    def Check(path: str) -> tf.train.Checkpoint:
+      reset = self.tp.reset_optimizer_state and checkpoints.ResetsOptimizer(
+          path, self.logdir)
+      checkpoint_keys.CheckMatches(path, self.model_variables, slot_names, reset)
+      if not reset:
+        return self.checkpoint
+      reset_at.append(path)
+      return self._checkpoint_without_optimizer
+
     path = checkpoints.RestoreNewestReadable(self.checkpoint, self.checkpoint_dir,
-                                             self.log)
+                                             self.log, check=Check, read_only=read_only)
     self.manager = self._NewManager()
     if path:
       self.log(f'Restored {path} at step {int(self.global_step.numpy())}.')
+    if path and reset_at:
+      self.log('Optimizer state reset (trainer.reset_optimizer_state): the slots '
+               f'({", ".join(slot_names) or "none"}) start afresh; checkpoints '
+               'from now on keep theirs.')
+      if not read_only:
+        checkpoints.RecordOptimizerReset(path, self.logdir)
+    elif not path and self.tp.init_from_checkpoint_rules and not read_only:
+      warm_start.Apply(self.model_variables, self.tp.init_from_checkpoint_rules,
+                       self.log)
     return path
 
   def _Writer(self, name: str) -> tf.summary.SummaryWriter:
@@ -221,6 +266,8 @@ class Trainer:
     Raises:
       NonFiniteLossError: naming the step and the first non-finite variables.
     """
+    if self._read_only:
+      return
     bad = [v.name for v in list(self.task.variables) + list(self.optimizer.variables())
            if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v)))]
     if bad:

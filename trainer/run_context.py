@@ -142,9 +142,12 @@ class RunContext:
     return trainer_obj
 
   def Restore(self, trainer_obj: loop.Trainer) -> Optional[str]:
-    """trainer_obj.Restore(), its CheckpointError as a UserError."""
+    """trainer_obj.Restore(), its CheckpointError as a UserError. Only
+    training changes the checkpoint directory (docs/checkpoints.md): every
+    other mode restores read-only."""
     try:
-      return trainer_obj.Restore()
+      return trainer_obj.Restore(
+          read_only=self.options.mode not in ('train', 'train_and_eval'))
     except checkpoints.CheckpointError as e:
       raise UserError(str(e)) from None
 
