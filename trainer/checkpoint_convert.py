@@ -93,8 +93,8 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
                   params_file: Optional[str], overrides: str,
                   log: Callable[[str], None]) -> str:
   """Writes the newest checkpoint of `old_logdir` in today's format as
-  `new_logdir`/checkpoints/ckpt-<step>, and the params as
-  `new_logdir`/params.txt; returns the new checkpoint's prefix.
+  checkpoints/ckpt-<step> in `new_logdir`, and the params as params.txt
+  there; returns the new checkpoint's prefix.
 
   Raises:
     ConvertError: if `new_logdir` holds files, there is no old checkpoint,

@@ -3,7 +3,7 @@
 trainer.init_from_checkpoint_rules has the shape of Lingvo's
 `train.init_from_checkpoint_rules`:
 
-  {'/runs/small/checkpoints/ckpt-800': (
+  {'/tmp/runs/small/checkpoints/ckpt-800': (
        [('stack/pipeline/(embedding/.*)', 'stack/pipeline/%s'),
         ('stack/pipeline/layer_([01])/(.*)', 'stack/pipeline/layer_%s/%s')],
        ['.*/b$'])}
@@ -44,7 +44,7 @@ def CheckRules(rules: Any) -> Dict[str, Tuple[List[Rule], List[str]]]:
   Raises:
     WarmStartError: for any other shape or a regex that does not compile.
   """
-  example = ("{'/runs/a/checkpoints': ([('stack/(.*)', 'stack/%s')], [])}")
+  example = ("{'/tmp/runs/a/checkpoints': ([('stack/(.*)', 'stack/%s')], [])}")
   if not isinstance(rules, dict):
     raise WarmStartError(f'trainer.init_from_checkpoint_rules must be a dict, got '
                          f'{rules!r}; e.g. {example}.')
