@@ -29,6 +29,8 @@ def test_trainer_params_defaults():
       'loss_scale_initial': 2.0**15,
       'loss_scale_factor': 2.0,
       'loss_scale_growth_interval': 2000,
+      'reset_optimizer_state': False,
+      'init_from_checkpoint_rules': {},
   }
 
 
@@ -45,7 +47,9 @@ def test_trainer_params_round_trip_through_text():
       on_nonfinite=base_experiment.NonFinitePolicy.SKIP_STEP, seed=11,
       num_logical_devices=4, loss_scaling=base_experiment.LossScaling.DYNAMIC,
       loss_scale_initial=8.0, loss_scale_factor=4.0,
-      loss_scale_growth_interval=10)
+      loss_scale_growth_interval=10, reset_optimizer_state=True,
+      init_from_checkpoint_rules={'/tmp/runs/a/checkpoints': (
+          [('stack/(.*)', 'stack/%s')], [])})
   # Every value differs from its default, so each must come from the text.
   assert all(value != default.Get(key) for key, value in changed.IterParams())
   restored = base_experiment.TrainerParams().FromText(changed.ToText())
