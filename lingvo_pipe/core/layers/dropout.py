@@ -1,7 +1,8 @@
 """DropoutLayer: masks that are a pure function of step seed and layer path."""
 
+import math
 import zlib
-from typing import Any, Optional, Set
+from typing import Any, List, Optional, Set
 
 import tensorflow as tf
 
@@ -81,11 +82,14 @@ class DropoutLayer(base_layer.BaseLayer):
     if rank is None or not 0 <= axis < rank:
       raise ValueError(f'DropoutLayer {self.path!r}: p.example_axis={axis} is '
                        f'not an axis of its inputs of rank {rank}.')
-    shape = tf.shape(inputs, out_type=tf.int64)
-    one = tf.constant(1, tf.int64)
-    noise = [one if i in dims else shape[i] for i in range(rank)]
+    # Python ints where the shape is static (the usual case): fewer ops.
+    shape: List[Any] = inputs.shape.as_list()
+    if None in shape:
+      dynamic = tf.shape(inputs, out_type=tf.int64)
+      shape = [dynamic[i] if d is None else d for i, d in enumerate(shape)]
+    noise = [1 if i in dims else shape[i] for i in range(rank)]
     order = [axis] + [i for i in range(rank) if i != axis]  # examples first
-    per_example = tf.reduce_prod(tf.stack([noise[i] for i in order[1:]] + [one]))
+    per_example = math.prod(noise[i] for i in order[1:])
     counters = (per_example + 3) // 4
     step_seed = tf.cast(theta[base_layer.STEP_SEED_KEY], tf.int64)
     first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
@@ -98,8 +102,10 @@ class DropoutLayer(base_layer.BaseLayer):
     bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=tf.reshape(noise[axis] * counters * 4, [1]), key=key,
         counter=counter, alg=_PHILOX, dtype=tf.int32)
-    bits = tf.reshape(bits, tf.stack([noise[axis], counters * 4]))[:, :per_example]
-    bits = tf.reshape(bits, tf.stack([noise[i] for i in order]))
+    bits = tf.reshape(bits, [noise[axis], counters * 4])
+    if not isinstance(per_example, int) or per_example % 4:
+      bits = bits[:, :per_example]
+    bits = tf.reshape(bits, [noise[i] for i in order])
     return tf.transpose(bits, [order.index(i) for i in range(rank)]) if axis else bits
 
   def _MaskSeed(self, step_seed: tf.Tensor) -> tf.Tensor:

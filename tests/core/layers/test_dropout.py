@@ -204,3 +204,13 @@ def test_xla_draws_the_same_mask_at_an_offset():
   theta = base_layer.WithStepSeed(layer.theta, [7, 12])
   compiled = tf.function(layer.FProp, jit_compile=True)(theta, x)
   np.testing.assert_array_equal(compiled.numpy(), layer.FProp(theta, x).numpy())
+
+
+def test_unknown_shape_draws_the_static_shape_mask():
+  layer = _Dropout()
+  x = _X(6, 7)
+  theta = base_layer.WithStepSeed(layer.theta, [2, 6])
+  dynamic = tf.function(layer.FProp, input_signature=[
+      tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), theta),
+      tf.TensorSpec([None, None], tf.float32)])
+  np.testing.assert_array_equal(dynamic(theta, x).numpy(), layer.FProp(theta, x).numpy())
