@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import base_layer
 from trainer import checkpoint_keys
+from trainer import checkpoints
 from trainer import experiment_params
 
 _SHOWN = 3
@@ -106,23 +107,18 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
   if os.path.exists(new_logdir) and os.listdir(new_logdir):
     raise ConvertError(f'NEW_LOGDIR {new_logdir!r} is not empty; pick a new '
                        'directory (nothing is overwritten).')
-  old = checkpoint_keys.Resolve(old_logdir)
+  old = checkpoints.Resolve(old_logdir)
   if old is None:
     raise ConvertError(f'No checkpoint in {old_logdir!r}: give the old run\'s logdir, '
                        'its checkpoints directory or a checkpoint prefix.')
   if params_file is None:
-    candidate = os.path.join(_Logdir(old), 'params.txt')
+    candidate = os.path.join(checkpoint_keys.LogdirOf(old), 'params.txt')
     params_file = candidate if os.path.exists(candidate) else None
   params = _Params(model, params_file, overrides)
   log(f'Params: {model}' + (f' with {params_file}' if params_file else '') +
       (f' and {overrides!r}' if overrides else '') + '.')
   _ConfigureDevices(params)
   return _Convert(params, old, new_logdir, log)
-
-
-def _Logdir(prefix: str) -> str:
-  directory = os.path.dirname(os.path.abspath(prefix))
-  return os.path.dirname(directory) if os.path.basename(directory) == 'checkpoints' else directory
 
 
 def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> str:

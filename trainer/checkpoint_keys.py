@@ -20,9 +20,7 @@ tell them apart.
 """
 
 import dataclasses
-import glob
 import os
-import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -105,24 +103,6 @@ def ModelSpecs(variables: Mapping[str, tf.Variable],
   return values, slots
 
 
-def Resolve(path: str) -> Optional[str]:
-  """The checkpoint prefix `path` names: the newest checkpoint of a
-  checkpoints directory or of a logdir's `checkpoints` (the newest recorded
-  one, or without a readable state file the highest-numbered on disk), or
-  `path` itself if it is a prefix (has a .index file); None if none."""
-  for directory in (path, os.path.join(path, 'checkpoints')):
-    if os.path.isdir(directory):
-      newest = tf.train.latest_checkpoint(directory)
-      numbered = [(int(m.group(2)), m.group(1)) for m in (
-          re.match(r'^(.*-(\d+))\.index$', f) for f in glob.glob(
-              os.path.join(glob.escape(directory), '*.index'))) if m]
-      if newest or numbered:
-        return newest or max(numbered)[1]
-  if tf.io.gfile.exists(path + '.index'):
-    return path
-  return None
-
-
 def CheckpointSpecs(path: str) -> Dict[str, Spec]:
   """{key: spec} of every tensor in the checkpoint at prefix `path`."""
   reader = tf.train.load_checkpoint(path)
@@ -176,7 +156,7 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
         f'Checkpoint {name} was written by an earlier version: its variables are '
         f'named by pipeline cell (e.g. {old[0]}), and would load into the wrong '
         f'layers or not at all. It was not changed. Convert it into a new logdir '
-        f'with: {CONVERT_COMMAND} --model=MODEL {_Logdir(path)} NEW_LOGDIR (MODEL: '
+        f'with: {CONVERT_COMMAND} --model=MODEL {LogdirOf(path)} NEW_LOGDIR (MODEL: '
         'the --model it was trained with; the params come from its params.txt), '
         'then run with --logdir=NEW_LOGDIR.')
   model_diff = Compare(ckpt_values, values)
@@ -186,7 +166,7 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
   # Slots follow their variables: while variables differ, only they are named.
   if model_diff:
     what = 'variables: ' + _Describe(model_diff, len(values))
-    params_txt = os.path.join(_Logdir(path), 'params.txt')
+    params_txt = os.path.join(LogdirOf(path), 'params.txt')
     fix = ('Run with the params it was trained with' +
            (f' (--model_params_file_override={params_txt})'
             if os.path.exists(params_txt) else '') +
@@ -238,7 +218,7 @@ def _Name(path: str) -> str:
   return f'{os.path.basename(path)} in {os.path.dirname(path) or "."}'
 
 
-def _Logdir(path: str) -> str:
+def LogdirOf(path: str) -> str:
   """The trainer's logdir of a checkpoint prefix (logdir/checkpoints/ckpt-N)."""
   directory = os.path.dirname(os.path.abspath(path))
   if os.path.basename(directory) == 'checkpoints':

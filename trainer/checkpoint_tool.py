@@ -41,7 +41,8 @@ def ListLines(path: str) -> List[str]:
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer import checkpoint_keys  # pylint: disable=g-import-not-at-top
-  prefix = checkpoint_keys.Resolve(path)
+  from trainer import checkpoints  # pylint: disable=g-import-not-at-top
+  prefix = checkpoints.Resolve(path)
   if prefix is None:
     raise UsageError(f'No checkpoint at {path!r}: give a checkpoint prefix '
                      '(logdir/checkpoints/ckpt-N), a checkpoints directory or a logdir.')

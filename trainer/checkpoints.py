@@ -91,11 +91,27 @@ def _Number(prefix: str) -> Optional[int]:
 def OnDisk(directory: str) -> List[str]:
   """Prefixes of the numbered checkpoints with an index file, oldest first."""
   found: List[Tuple[int, str]] = []
-  for path in glob.glob(os.path.join(directory, '*.index')):
+  for path in glob.glob(os.path.join(glob.escape(directory), '*.index')):
     match = _NUMBERED.match(path)
     if match:
       found.append((int(match.group(2)), match.group(1)))
   return [prefix for _, prefix in sorted(found)]
+
+
+def Resolve(path: str) -> Optional[str]:
+  """The checkpoint prefix `path` names: the newest checkpoint of a
+  checkpoints directory or of a logdir's `checkpoints` (the newest recorded
+  one, or without a readable state file the highest-numbered on disk), or
+  `path` itself if it is a prefix (has a .index file); None if none."""
+  for directory in (path, os.path.join(path, 'checkpoints')):
+    if os.path.isdir(directory):
+      newest = tf.train.latest_checkpoint(directory)
+      on_disk = OnDisk(directory)
+      if newest or on_disk:
+        return newest or on_disk[-1]
+  if tf.io.gfile.exists(path + '.index'):
+    return path
+  return None
 
 
 def _State(directory: str):

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 import tensorflow as tf
 
 from trainer import checkpoint_keys
+from trainer import checkpoints
 
 _SHOWN = 5
 
@@ -74,12 +75,12 @@ def CheckRules(rules: Any) -> Dict[str, Tuple[List[Rule], List[str]]]:
 
 
 def ResolveCheckpoint(path: str) -> str:
-  """The checkpoint prefix `path` names (checkpoint_keys.Resolve).
+  """The checkpoint prefix `path` names (checkpoints.Resolve).
 
   Raises:
     WarmStartError: if there is none.
   """
-  prefix = checkpoint_keys.Resolve(path)
+  prefix = checkpoints.Resolve(path)
   if prefix is None:
     raise WarmStartError(f'trainer.init_from_checkpoint_rules: no checkpoint at '
                          f'{path!r} (neither a prefix with a .index file nor a '
