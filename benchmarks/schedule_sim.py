@@ -34,7 +34,7 @@ _NAMES = {'fill_drain': 'fill-drain (GPipe)', 'one_f_one_b': '1F1B',
 
 def _DefineFlags() -> None:
   """The program's flags, defined when it runs (tests import the module)."""
-  flags.DEFINE_list('schedules', [k.value for k in built_in.BuiltIn],
+  flags.DEFINE_list('schedules', [k.value for k in built_in.ScheduleKind],
                     'Built-in schedules to simulate.')
   flags.DEFINE_integer('k', 4, 'Devices K.')
   flags.DEFINE_list('m', ['8', '16'], 'Micro-batches M, one row per value.')
@@ -73,8 +73,8 @@ def Row(name: str, schedule: actions.Schedule, costs: simulate.Costs,
 
 def Build(name: str, k: int, m: int, v: int = 2) -> actions.Schedule:
   """Built-in schedule `name`; `v` is used by the interleaved one only."""
-  kind = built_in.BuiltIn(name)
-  return built_in.Build(kind, k, m, v if kind == built_in.BuiltIn.INTERLEAVED else None)
+  kind = built_in.ScheduleKind(name)
+  return built_in.Build(kind, k, m, v if kind == built_in.ScheduleKind.INTERLEAVED else None)
 
 
 def Rows(names: Sequence[str], k: int, ms: Sequence[int], v: int = 2,

@@ -10,11 +10,14 @@ only one weight-sized sum per cell is alive, not the sum, the micro-batch's
 gradients and their new sum. Projections that defer their weight gradients
 (deferred_grads) hand over factor pairs instead, and the step's gradient of
 such a weight is its accumulator (if the tape gave it a part too) plus one
-product of the pairs of all micro-batches.
+product of the pairs of all micro-batches. A backward split into I and W
+(remat.Decision.split) hands its factor pairs to its W instead
+(TakeSplitFactors), which adds their product into the accumulators
+(AddProducts).
 
 Per step: StartStep; per backward NextSink (the backward is traced per
-sink), Put inside the backward, Keep with the BackwardResult after it; then
-StepGradients.
+sink), Put inside the backward, Keep with the BackwardResult after it; per
+W AddProducts; then StepGradients.
 """
 
 import enum
@@ -88,7 +91,9 @@ class CellGradients:
     self._backwards = 0
     self._returned: List[Optional[tf.Tensor]] = []
     self._factors: FactorPairs = {}
+    self._split_factors: FactorPairs = {}
     self._deferred_only: Set[int] = set()
+    self._written: Set[int] = set()  # accumulators holding this step's sum
 
   def StartLoopStep(self, num_micro: int) -> None:
     """Starts a step whose `num_micro` backwards are one backward function
@@ -107,6 +112,7 @@ class CellGradients:
       for i, (acc, w) in enumerate(zip(self._accumulators, weights)):
         if i not in self._deferred_only:
           acc.assign(tf.zeros(tf.shape(w), acc.dtype))
+          self._written.add(i)
 
   def TakeFactors(self) -> FactorPairs:
     """Removes and returns the factor pairs kept so far this step (a loop
@@ -142,15 +148,40 @@ class CellGradients:
         acc.assign_add(g)
     return []
 
-  def Keep(self, sink: GradSink, result: BackwardResult) -> None:
-    """After a backward into `sink`: keeps what StepGradients sums. The
-    backwards of one step defer the same weights."""
+  def Keep(self, sink: GradSink, result: BackwardResult, split: bool = False) -> None:
+    """After a backward into `sink`: keeps what StepGradients sums, or with
+    `split` (an I) the factor pairs for its W (TakeSplitFactors). The
+    backwards of one step that are not split defer the same weights."""
     if sink == GradSink.RETURN:
       self._returned = list(result.weight_grads)
-    self._deferred_only = set(result.deferred_only)
-    for i, pairs in result.factors.items():
-      self._factors.setdefault(i, []).extend(pairs)
+    else:
+      self._written |= set(range(len(self._accumulators))) - set(result.deferred_only)
+    if split:
+      self._split_factors = dict(result.factors)
+    else:
+      self._deferred_only = set(result.deferred_only)
+      for i, pairs in result.factors.items():
+        self._factors.setdefault(i, []).extend(pairs)
     self._backwards += 1
+
+  def TakeSplitFactors(self) -> FactorPairs:
+    """The factor pairs of the last split backward (an I), for its W."""
+    factors, self._split_factors = self._split_factors, {}
+    return factors
+
+  def AddProducts(self, factors: FactorPairs) -> List[tf.Operation]:
+    """A W: adds each weight's product of `factors` (one micro-batch's, from
+    TakeSplitFactors) into its accumulator on the cell's device. Returns
+    the update ops."""
+    updates = []
+    with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
+      for i in sorted(factors):
+        acc = self._accumulators[i]
+        g = precision.CastGradients([deferred_grads.Product(factors[i])], [acc])[0]
+        update = acc.assign_add if i in self._written else acc.assign
+        updates.append(update(g, read_value=False))
+        self._written.add(i)
+    return updates
 
   def StepGradients(self, theta: NestedMap) -> List[Optional[tf.Tensor]]:
     """The theta gradients summed over this step's backwards (returned or
@@ -167,15 +198,19 @@ class CellGradients:
           grads.append(None)
           continue
         i = next(weights)
-        parts = [] if i in self._deferred_only else [self._Taped(i, x)]
+        taped = self._Taped(i, x)
+        parts = [] if taped is None else [taped]
         if i in self._factors:
           parts.append(deferred_grads.Product(self._factors[i]))
         parts = precision.CastGradients(parts, [self._accumulators[i]] * len(parts))
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
     return grads
 
-  def _Taped(self, i: int, x: tf.Tensor) -> tf.Tensor:
-    """Weight i's gradient from the tapes: returned, or accumulated."""
+  def _Taped(self, i: int, x: tf.Tensor) -> Optional[tf.Tensor]:
+    """Weight i's gradient from the tapes and the W's: returned, or
+    accumulated; None if there is none (all deferred to the step's end)."""
     if self._num_micro == 1:
       return self._returned[i]
+    if i not in self._written:
+      return None
     return tf.ensure_shape(self._accumulators[i].read_value(), x.shape)

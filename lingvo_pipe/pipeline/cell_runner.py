@@ -10,7 +10,8 @@ How a micro-batch runs is the remat.Decision the pipeline passes: a recorded
 forward keeps its activations on a tape and its backward reads them; an
 inlined one (with its backward) is built in the step's graph, not called;
 otherwise the backward recomputes the cell, per layer or whole, and
-projections may defer their weight gradients (deferred_grads). Where theta
+projections may defer their weight gradients (deferred_grads); a split
+backward (an I) defers all of them to its W (WeightBackward). Where theta
 gradients go is the cell's CellGradients' choice (cell_gradients).
 
 Traced functions take their inputs and return their results as nests, and
@@ -50,12 +51,13 @@ class Recording:
   collector of the projections that defer their weight gradients, if any,
   whether its ops are inlined (under trace_calls' kept scopes), and the
   tensors the tape watched (the first num_weights are the differentiable
-  theta, then the inputs)."""
+  theta, then the inputs), and whether its backward is split (an I)."""
   tape: tf.GradientTape
   collector: Optional[deferred_grads.Collector]
   inlined: bool
   sources: List[Any]
   num_weights: int
+  split: bool
 
 
 def _Differentiable(theta: NestedMap, inputs: tuple
@@ -128,25 +130,27 @@ class CellRunner:
       weights, sources = _Differentiable(theta, inputs)
       # Only inlined forwards defer (remat.Decision): the factors must be
       # tensors of the step's graph.
-      with deferred_grads.Deferring(weights if decision.defer else [], num_micro) as collector:
+      with deferred_grads.Deferring(weights if decision.defer else [], num_micro,
+                                    decision.split) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(sources)
           outputs, updates = forward(theta, inputs)
     recording = Recording(tape, collector if decision.defer else None, inline,
-                          sources, len(weights))
+                          sources, len(weights), decision.split)
     return outputs, updates, recording
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
                decision: remat.Decision, num_micro: int) -> List[Any]:
     """Recomputes the cell as `decision` says and hands its theta gradients
-    to self.gradients. Returns the input gradients, flat (None for inputs
+    to self.gradients (a split backward's factor pairs wait there for its
+    WeightBackward). Returns the input gradients, flat (None for inputs
     that are not floating point)."""
     sink = self.gradients.NextSink()
     decision = self._Compilable(decision) or decision
     with tf.device(self.device):
       result = self._BackwardFunction(sink, num_micro, decision)(
           theta, inputs, output_grads)
-    self.gradients.Keep(sink, result)
+    self.gradients.Keep(sink, result, decision.split)
     return _InputGrads(result.input_grads, inputs)
 
   def BackwardFromTape(self, recording: Recording, inputs: tuple,
@@ -161,8 +165,14 @@ class CellRunner:
       grads = _Grads(recording.tape, outputs, recording.sources, output_grads)
       result = self._Result(sink, recording.sources, recording.num_weights,
                             grads, recording.collector)
-    self.gradients.Keep(sink, result)
+    self.gradients.Keep(sink, result, recording.split)
     return _InputGrads(result.input_grads, inputs)
+
+  def WeightBackward(self, factors: cell_gradients.FactorPairs) -> List[tf.Operation]:
+    """A W: the weight gradients of a split backward's factor pairs
+    (gradients.TakeSplitFactors after it) added into the cell's
+    accumulators on its device. Returns the update ops."""
+    return self.gradients.AddProducts(factors)
 
   def _Compilable(self, decision: Optional[remat.Decision]
                   ) -> Optional[remat.Decision]:
@@ -171,7 +181,7 @@ class CellRunner:
     be tensors of a compiled function); see cell_compilation."""
     if not self.jit_compile or decision is None:
       return decision
-    return dataclasses.replace(decision, inline=False, defer=False)
+    return dataclasses.replace(decision, inline=False, defer=False, split=False)
 
   def _ForwardFunction(self) -> Any:
     """The traced forward, named '<cell name>_forward'."""
@@ -236,7 +246,8 @@ class CellRunner:
       if self.jit_compile:
         grads = self._GradientFunction(decision)(theta, inputs, output_grads)
         return self._Result(sink, sources, len(weights), grads, None)
-      with deferred_grads.Deferring(weights if decision.defer else [], num_micro) as collector:
+      with deferred_grads.Deferring(weights if decision.defer else [], num_micro,
+                                    decision.split) as collector:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(sources)
           outputs = self._RecomputedForward(theta, inputs, decision)

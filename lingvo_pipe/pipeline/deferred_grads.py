@@ -27,17 +27,22 @@ class Collector(weight_grad_deferral.WeightGradCollector):
   gradient.
   """
 
-  def __init__(self, weights: Sequence[tf.Tensor], num_micro: int) -> None:
+  def __init__(self, weights: Sequence[tf.Tensor], num_micro: int,
+               always: bool = False) -> None:
     self._index = {w.ref(): i for i, w in enumerate(weights)}
     self._num_micro = num_micro
+    self._always = always
     self.factors: Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]] = {}
 
   def Claim(self, w: tf.Tensor, rows: Optional[int]) -> Optional[int]:
     """The index of 2-D `w` if a projection of `rows` rows by it is
     deferred: `w` is one of the weights, and the step's factors (M * rows
-    rows of w's two dims) are no bigger than `w`."""
+    rows of w's two dims) are no bigger than `w`, or `always` (a split
+    backward, whose W multiplies one micro-batch's factors)."""
     index = self._index.get(w.ref())
-    if index is None or rows is None or not w.shape.is_fully_defined():
+    if index is None or self._always:
+      return index
+    if rows is None or not w.shape.is_fully_defined():
       return None
     in_dim, out_dim = w.shape
     if self._num_micro * rows * (in_dim + out_dim) > in_dim * out_dim:
@@ -49,10 +54,12 @@ class Collector(weight_grad_deferral.WeightGradCollector):
 
 
 @contextlib.contextmanager
-def Deferring(weights: Sequence[tf.Tensor], num_micro: int) -> Iterator[Collector]:
+def Deferring(weights: Sequence[tf.Tensor], num_micro: int,
+              always: bool = False) -> Iterator[Collector]:
   """Projections by `weights` traced (and differentiated) inside may defer
-  their weight gradients into the yielded collector."""
-  with weight_grad_deferral.Collecting(Collector(weights, num_micro)) as collector:
+  their weight gradients into the yielded collector (all of them if
+  `always`)."""
+  with weight_grad_deferral.Collecting(Collector(weights, num_micro, always)) as collector:
     yield collector
 
 

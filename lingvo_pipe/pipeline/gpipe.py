@@ -1,25 +1,20 @@
 """PipeliningLayer: GPipe (arXiv 1811.06965) over K cells and M micro-batches.
 
-Training runs one `tf.custom_gradient` over the whole pipeline. Its forward
-streams the micro-batches through the cells in schedule order (fill) and
-keeps only each cell's inputs; its gradient function streams them back in
-reverse (drain), recomputing each cell on its own device, and sums each
-cell's weight gradients over the micro-batches on that device (the cell's
-CellGradients). What each micro-batch keeps or recomputes is remat.Decide's:
-under per-cell remat each cell's last micro-batch keeps its activations
-instead of being recomputed, unless asked (torchgpipe's 'except_last').
-Batch-norm statistics are summed over micro-batches and applied once per
-step.
-
-FPropWithLoss takes a per-micro-batch loss function and runs the loss
-inside the pipeline, in the order of p.schedule (scheduled_step, or with
-p.loop_min_micro_batches one while loop over its clocks, scheduled_loop):
-the way to train with 1F1B or the interleaved schedule, whose backwards
-start before the last forward.
+The layer holds the params, the layers and the resolved plan (plan.py:
+cells, devices of every replica, the schedule's actions, remat); one
+executor (executor.py) runs the plan's actions. FProp trains with the loss
+outside the pipeline as one `tf.custom_gradient`: its forward runs every
+forward of the schedule (fill), its gradient function the rest (drain), so
+it runs schedules whose devices finish their forwards first (fill-drain).
+FPropWithLoss takes a per-micro-batch loss function and runs forwards,
+losses and backwards of any schedule (1F1B, interleaved, zero bubble, or
+a text) in one go. With M >= p.loop_min_micro_batches the step is instead
+a while loop over clocks (tick_loop for FProp, scheduled_loop for
+FPropWithLoss). Batch-norm statistics are summed over micro-batches and
+applied once per step.
 """
 
-import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -34,15 +29,13 @@ from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cells
 from lingvo_pipe.pipeline.cells import CellParams
 from lingvo_pipe.pipeline import cluster
-from lingvo_pipe.pipeline import device_mapping
+from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
-from lingvo_pipe.pipeline import remat
-from lingvo_pipe.pipeline import replicas
+from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline import scheduled_loop
-from lingvo_pipe.pipeline import scheduled_step
 from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.remat import RematPolicy
 
@@ -101,10 +94,10 @@ class PipeliningLayer(base_layer.BaseLayer):
              'when connected to a cluster, else the local devices '
              '(device_mapping.DefaultDevices).')
     p.Define('num_replicas', 1, 'R: copies of the K-cell pipeline, each fed '
-             '1/R of the batch (R*M micro-batches in all); their gradients '
-             "are summed on each variable's device (replica 0's cells) and "
-             'applied once (docs/design.md, "Pipeline replicas"). '
-             'Evaluation runs replica 0 alone on the whole batch.')
+             '1/R of the batch (R*M micro-batches in all), with any schedule; '
+             "their gradients are summed on each variable's device (replica "
+             "0's cells) and applied once (docs/design.md, \"Pipeline "
+             'replicas"). Evaluation runs replica 0 alone on the whole batch.')
     p.Define('consecutive_cells_per_device', 0, 'Consecutive cells (of the '
              'R*K) per device of `devices`, e.g. 2 to put 4 cells on 2 worker '
              'tasks; 0: one cell per device. (cells_per_device interleaves '
@@ -115,10 +108,16 @@ class PipeliningLayer(base_layer.BaseLayer):
              "activations (torchgpipe's except_last): its backward is the "
              "cell's first, and recomputing would restore them all for it "
              "anyway, so no device's peak grows. PER_LAYER always recomputes.")
-    p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind. '
-             'GPIPE trains through FProp and an outer tape, or FPropWithLoss; '
-             'ONE_F_ONE_B and INTERLEAVED need the loss inside the pipeline: '
-             'train them through FPropWithLoss.')
+    p.Define('schedule', schedule.ScheduleKind.GPIPE, 'A ScheduleKind: '
+             'GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2 or ZB_V. GPIPE '
+             'trains through FProp and an outer tape, or FPropWithLoss; the '
+             'others start backwards before the last forward and need the '
+             'loss inside the pipeline: train them through FPropWithLoss.')
+    p.Define('schedule_text', '', 'A schedule of your own, replacing '
+             "p.schedule: PyTorch pipelining's notation, one line per device "
+             "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
+             "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
+             'cell and micro-batch, so it fixes the cells and M.')
     p.Define('loop_min_micro_batches', 0, 'Train with M >= this as a '
              'tf.while_loop over clock ticks: a step graph of at most 2 '
              'calls per cell whatever M. FProp (GPIPE) runs tick_loop, every '
@@ -127,16 +126,19 @@ class PipeliningLayer(base_layer.BaseLayer):
              'that remat keeps. 0: never, always the unrolled emission.')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
-             'cells / v); set num_partitions (or cell_tpl) to K*v cells.')
+             'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
+             'ZB_V always puts 2 on each device (cells d and 2K-1-d).')
     p.Define('jit_compile', CellCompilation.NONE, 'A CellCompilation: XLA '
              "compiles each cell's forward and backward on its device "
              '(pipeline/cell_compilation.py says what stays outside).')
     return p
 
-  # The cells are views of the layers (cells.CellView) and the runners
-  # hold traced functions: neither is part of the model's variables.
+  # The cells are views of the layers (cells.CellView), the runners hold
+  # traced functions and the plan is data: none is part of the model's
+  # variables.
   _TF_MODULE_IGNORED_PROPERTIES = frozenset(
-      ('_cells', '_cell_layer_indices', '_runners', '_replica_runners')).union(
+      ('_cells', '_cell_layer_indices', '_runners', '_replica_runners',
+       'plan')).union(
           base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -147,17 +149,19 @@ class PipeliningLayer(base_layer.BaseLayer):
     cell_params = cells.CellParamsOf(p, layer_params, layer_runs)
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
-    self.num_devices = _NumDevices(p, len(cell_params))
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
-    # [replica][cell]: cell k on its replica's device k mod K (interleaved
-    # stages put cells_per_device cells on each); the variables live on
-    # replica 0's devices.
-    stage_devices = device_mapping.PlaceReplicas(
-        self.num_devices, p.num_replicas, devices, p.consecutive_cells_per_device)
-    self.replica_devices = [[row[k % self.num_devices] for k in range(len(cell_params))]
-                            for row in stage_devices]
+    resolved = plan_lib.Make(p.name, p.schedule_text or p.schedule, len(cell_params), p.cells_per_device,
+                             p.num_replicas, devices, p.consecutive_cells_per_device,
+                             p.remat, p.remat_last_micro_batch)
+    if not p.micro_batch_size:
+      resolved.Actions(p.num_micro_batches)  # M against the schedule, at build
+    _CheckLoops(p)
+    self.__dict__['plan'] = resolved
+    self.num_devices = resolved.num_devices
+    self.num_cells = resolved.num_cells
+    # [replica][cell]; the variables live on replica 0's devices.
+    self.replica_devices = [list(row) for row in resolved.replica_devices]
     self.devices = self.replica_devices[0]
-    self.num_cells = len(cell_params)
     # The layers are the pipeline's own, named and initialized by their
     # place in the unpartitioned network; each on its cell's device.
     layer_devices = [''] * len(layer_params)
@@ -203,23 +207,25 @@ class PipeliningLayer(base_layer.BaseLayer):
   # --- forward -------------------------------------------------------------
 
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
-    num_micro = micro_batch.NumMicroBatches(
-        self.params, self._contract.InputLayout(inputs).batch_size)
-    thetas = [self._ReadTheta(t, k) for k, t in enumerate(self.CellThetas(theta))]
+    num_micro = self._NumMicro(inputs)
+    thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      outputs = self._ForwardOnly(thetas, inputs, num_micro)
-    else:
-      if self.params.schedule != schedule.ScheduleKind.GPIPE:
-        raise ValueError(
-            f'PipeliningLayer {self.params.name!r}: schedule '
-            f'{self.params.schedule.name} starts backwards before the last '
-            'forward, so it trains with the loss inside the pipeline: call '
-            'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
-            'ScheduleKind.GPIPE.')
-      outputs = self._Train(thetas, inputs, num_micro)
-    return containers.UnwrapSingle(tuple(outputs))
+      run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+                                   training=False)
+      run.Forwards()
+      return containers.UnwrapSingle(self._Outputs(run.last_outputs, slices))
+    if not self.plan.ForwardsFirst(num_micro):
+      raise ValueError(
+          f'PipeliningLayer {self.params.name!r}: schedule '
+          f'{_Name(self.params)} starts backwards before the last '
+          'forward, so it trains with the loss inside the pipeline: call '
+          'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
+          'ScheduleKind.GPIPE.')
+    if tick_loop.Applicable(num_micro, self.params.loop_min_micro_batches):
+      return containers.UnwrapSingle(tuple(self._TrainTickLoop(thetas, inputs, num_micro)))
+    return containers.UnwrapSingle(self._Train(thetas, inputs, num_micro))
 
-  def FPropWithLoss(self, theta: NestedMap, loss_fn: scheduled_step.MicroLossFn,
+  def FPropWithLoss(self, theta: NestedMap, loss_fn: executor.MicroLossFn,
                     *inputs: Any) -> Tuple[tf.Tensor, Any]:
     """The loss and the outputs, with the loss inside the pipeline.
 
@@ -236,27 +242,33 @@ class PipeliningLayer(base_layer.BaseLayer):
     Returns:
       (loss, outputs). In training the loss's gradient (of the inputs and
       theta) runs the backward in p.schedule's order, within the forward
-      (scheduled_step), and the outputs are not differentiable; the outer
+      (executor), and the outputs are not differentiable; the outer
       GradientTape and optimizer code is that of FProp's.
     """
+    num_micro = self._NumMicro(inputs)
+    thetas = self._ReadThetas(theta)
+    if base_layer.IsEvalMode():
+      run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+                                   training=False, loss_fn=loss_fn)
+      run.Forwards()
+      return run.Loss(), containers.UnwrapSingle(self._Outputs(run.last_outputs, slices))
+    loss, outputs = self._TrainWithLoss(thetas, inputs, num_micro, loss_fn)
+    return loss, containers.UnwrapSingle(outputs)
+
+  def _NumMicro(self, inputs: tuple) -> int:
+    """M of a step (checked against the schedule)."""
     num_micro = micro_batch.NumMicroBatches(
         self.params, self._contract.InputLayout(inputs).batch_size)
-    thetas = [self._ReadTheta(t, k) for k, t in enumerate(self.CellThetas(theta))]
-    if base_layer.IsEvalMode():
-      micro = self._contract.SplitInputs(inputs, num_micro)
-      tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
-      last = self.num_cells - 1
-      with tf.device(self.devices[last].name):
-        loss = tf.add_n([loss_fn(containers.UnwrapSingle(tasks[(last, m)].outputs))
-                         for m in range(num_micro)])
-      return loss, containers.UnwrapSingle(tuple(self._MergeOutputs(tasks, num_micro)))
-    loss, outputs = self._TrainWithLoss(thetas, inputs, num_micro, loss_fn)
-    return loss, containers.UnwrapSingle(tuple(outputs))
+    self.plan.Actions(num_micro)
+    return num_micro
 
-  def _ReadTheta(self, theta: NestedMap, k: int) -> NestedMap:
-    """Reads cell k's variables on its device."""
-    with tf.device(self.devices[k].name):
-      return tf.nest.map_structure(tf.convert_to_tensor, theta)
+  def _ReadThetas(self, theta: NestedMap) -> List[NestedMap]:
+    """Each cell's variables read on its device."""
+    thetas = []
+    for k, t in enumerate(self.CellThetas(theta)):
+      with tf.device(self.devices[k].name):
+        thetas.append(tf.nest.map_structure(tf.convert_to_tensor, t))
+    return thetas
 
   def _ComputeThetas(self, thetas: List[NestedMap]) -> List[NestedMap]:
     """Each cell's theta cast to the dtypes its layers compute with
@@ -268,108 +280,90 @@ class PipeliningLayer(base_layer.BaseLayer):
         cast.append(precision.CastTheta(self.cells[k], theta))
     return cast
 
-  def _MicroTheta(self, theta: NestedMap, first_example: Any) -> NestedMap:
-    """Cell theta for the micro-batch whose first example has index
-    `first_example` in the global batch: step seeds [s0, first_example]
-    (base_layer.WithStepSeed).
+  def _Executor(self, thetas: List[NestedMap], inputs: tuple, num_micro: int,
+                training: bool, loss_fn: Optional[executor.MicroLossFn] = None
+                ) -> Tuple[executor.Executor, List[tuple]]:
+    """The step's Executor and the replicas' slices of the inputs: the
+    batch cut into R slices, each into M micro-batches on its replica's
+    first device."""
+    resolved = self.plan if training else self.plan.ReplicaZero()
+    num_replicas = resolved.num_replicas
+    slices = self._contract.SplitInputs(inputs, num_replicas) if num_replicas > 1 else [inputs]
+    micro = []
+    for r, row in enumerate(resolved.replica_devices):
+      with tf.device(row[0].name):
+        micro.append(self._contract.SplitInputs(slices[r], num_micro))
+    micro_size = self._contract.InputLayout(micro[0][0]).batch_size
+    run = executor.Executor(resolved, self._replica_runners, thetas, micro,
+                            micro_size, training, loss_fn)
+    return run, slices
 
-    The seed passes through PlaceholderWithDefault, which Grappler never
-    folds: from a constant step seed (none set, or Python numbers) each
-    call of a cell would get a constant of its own, and Grappler
-    specializes a called function for each distinct constant input, K*M
-    copies of the cells' functions, which doubles the first step
-    (docs/benchmarks/profiles.md, 'Figures behind the code').
-    """
-    seed = tick_loop.MicroSeed(theta, first_example)
-    if seed is None:
-      return theta
-    return base_layer.WithStepSeed(
-        theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
-
-  def _RunForward(self, thetas: List[NestedMap], micro_inputs: List[tuple],
-                  training: bool = False, replica: int = 0
-                  ) -> Tuple[Dict[Tuple[int, int], '_Task'], List[NestedMap]]:
-    """Forward of every (cell, micro-batch) of `replica` in schedule order.
-
-    Returns what each (k, m) saw and produced, in training the recording of
-    the forwards that the backward does not recompute, and per cell the
-    statistics summed over micro-batches on its device. Micro-batch m of
-    replica r has the step seed of micro-batch r*M + m.
-    """
-    p = self.params
-    devices = self.replica_devices[replica]
-    runners = self._replica_runners[replica]
-    num_micro = len(micro_inputs)
-    micro_size = self._contract.InputLayout(micro_inputs[0]).batch_size
-    tasks: Dict[Tuple[int, int], _Task] = {}
-    updates: List[List[NestedMap]] = [[] for _ in range(self.num_cells)]
-    previous: Dict[int, List[Any]] = {}
-    for task in schedule.Schedule(schedule.ScheduleKind.GPIPE, self.num_cells,
-                                  num_micro, schedule.Phase.FORWARD):
-      k, m = task.cell, task.micro_batch
-      x = micro_inputs[m] if k == 0 else tasks[(k - 1, m)].outputs
-      with tf.device(devices[k].name):
-        theta = self._MicroTheta(thetas[k], (replica * num_micro + m) * micro_size)
-      decision = (remat.Decide(p.remat, p.remat_last_micro_batch, m, num_micro)
-                  if training else None)
-      with _After(previous.get(k)):
-        out, upd, recording = runners[k].Forward(theta, x, decision, num_micro)
-      tasks[(k, m)] = _Task(x, theta, out, decision, recording)
-      updates[k].append(upd)
-      previous[k] = tf.nest.flatten(out)
-    summed = []
-    for k in range(self.num_cells):
-      with tf.device(devices[k].name):
-        summed.append(tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)),
-                                            *updates[k]))
-    return tasks, summed
-
-  def _ForwardOnly(self, thetas: List[NestedMap], inputs: tuple,
-                   num_micro: int) -> tuple:
-    micro = self._contract.SplitInputs(inputs, num_micro)
-    tasks, _ = self._RunForward(self._ComputeThetas(thetas), micro)
-    return self._MergeOutputs(tasks, num_micro)
-
-  def _MergeOutputs(self, tasks: Dict[Tuple[int, int], '_Task'],
-                    num_micro: int, replica: int = 0) -> tuple:
+  def _Outputs(self, last_outputs: List[List[tuple]], slices: List[tuple]) -> tuple:
+    """The last cell's outputs of the whole batch."""
     last = self.num_cells - 1
-    micro_size = self._contract.InputLayout(tasks[(0, 0)].inputs).batch_size
-    with tf.device(self.replica_devices[replica][last].name):
-      return self._contract.MergeOutputs(
-          [tasks[(last, m)].outputs for m in range(num_micro)], micro_size)
+    per_replica = []
+    for r, row in enumerate(self.replica_devices[:len(slices)]):
+      micro_size = self._contract.InputLayout(slices[r]).batch_size // len(last_outputs[r])
+      with tf.device(row[last].name):
+        per_replica.append(self._contract.MergeOutputs(last_outputs[r], micro_size))
+    if len(per_replica) == 1:
+      return tuple(per_replica[0])
+    replica_size = self._contract.InputLayout(slices[0]).batch_size
+    return tuple(self._contract.MergeOutputs(per_replica, replica_size))
+
+  def _InputGrads(self, input_grads: List[List[List[Any]]],
+                  slices: List[tuple]) -> List[Any]:
+    """The gradients of the flat pipeline inputs of the whole batch."""
+    per_replica = []
+    for r, row in enumerate(self.replica_devices):
+      with tf.device(row[0].name):
+        per_replica.append(self._contract.MergeInputGrads(slices[r], input_grads[r]))
+    if len(per_replica) == 1:
+      return per_replica[0]
+    return self._contract.MergeInputGrads(slices[0], per_replica)
 
   # --- training --------------------------------------------------------------
 
-  def _Train(self, thetas: List[NestedMap], inputs: tuple,
-             num_micro: int) -> tuple:
-    """The training forward, with the backward as its custom gradient. The
-    forward applies the cells' statistics, so its outputs are all it
-    returns; tf.custom_gradient takes and returns nests."""
-    if self.params.num_replicas > 1:
-      return replicas.TrainReplicas(self, thetas, inputs, num_micro)
-    if tick_loop.Applicable(num_micro, self.params.loop_min_micro_batches):
-      return self._TrainTickLoop(thetas, inputs, num_micro)
+  def _Train(self, thetas: List[NestedMap], inputs: tuple, num_micro: int) -> tuple:
+    """The training forward (every F), with the rest of the schedule as
+    its custom gradient. The forward applies the cells' statistics, so its
+    outputs are all it returns; tf.custom_gradient takes and returns nests."""
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
-      with tf.device(self.devices[0].name):
-        micro = self._contract.SplitInputs(step_inputs, num_micro)
-      tasks, summed = self._RunForward(self._ComputeThetas(cell_thetas), micro,
-                                       training=True)
-      outputs = self._MergeOutputs(tasks, num_micro)
-      self._ApplyCellUpdates(summed)
+      run, slices = self._Executor(self._ComputeThetas(cell_thetas), step_inputs,
+                                   num_micro, training=True)
+      run.Forwards()
+      outputs = self._Outputs(run.last_outputs, slices)
+      self._ApplyCellUpdates(run.Updates())
       flat_out = tf.nest.flatten(outputs)
 
       def Grad(*dys, variables=None):
         del variables  # the pipeline reads no variables; theta is passed in
-        dys = [tf.zeros_like(y) if dy is None else dy
-               for y, dy in zip(flat_out, dys)]
-        d_inputs, d_thetas = self._RunBackward(tasks, dys, num_micro)
-        return d_inputs + d_thetas
+        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
+        run.Backwards(self._OutputGrads(run.last_outputs, dys))
+        result = run.Result()
+        return (self._InputGrads(result.input_grads, slices) +
+                [g for cell in result.theta_grads for g in cell])
 
       return outputs, Grad
 
     return Pipeline(inputs, thetas)
+
+  def _OutputGrads(self, last_outputs: List[List[tuple]], dys: List[Any]
+                   ) -> List[List[List[Any]]]:
+    """[replica][micro-batch] the gradients of the last cell's flat outputs,
+    from those of the whole batch's."""
+    last = self.num_cells - 1
+    num_replicas, num_micro = len(last_outputs), len(last_outputs[0])
+    per_replica = (self._contract.SplitOutputGrads(last_outputs[0][0], dys, num_replicas)
+                   if num_replicas > 1 else [dys])
+    split = []
+    for r, row in enumerate(self.replica_devices):
+      with tf.device(row[last].name):
+        split.append(self._contract.SplitOutputGrads(
+            last_outputs[r][0], per_replica[r], num_micro))
+    return split
 
   def _TrainTickLoop(self, thetas: List[NestedMap], inputs: tuple,
                      num_micro: int) -> tuple:
@@ -407,102 +401,48 @@ class PipeliningLayer(base_layer.BaseLayer):
     return Pipeline(inputs, thetas)
 
   def _TrainWithLoss(self, thetas: List[NestedMap], inputs: tuple,
-                     num_micro: int, loss_fn: scheduled_step.MicroLossFn
+                     num_micro: int, loss_fn: executor.MicroLossFn
                      ) -> Tuple[tf.Tensor, tuple]:
     """The training step of p.schedule with the loss inside: forwards,
     losses and backwards all run in the forward of one tf.custom_gradient,
     whose gradient scales the stored gradients by the loss's upstream
-    gradient. Emitted task by task (scheduled_step), or with M >=
+    gradient. Emitted action by action (executor), or with M >=
     p.loop_min_micro_batches as one loop over the clocks (scheduled_loop)."""
     p = self.params
-    tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
-                           p.cells_per_device)
-    decisions = scheduled_step.Decisions(tasks, p.remat,
-                                         p.remat_last_micro_batch, num_micro)
     devices = [d.name for d in self.devices]
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
-      with tf.device(devices[0]):
-        micro = self._contract.SplitInputs(step_inputs, num_micro)
-
       compute_thetas = self._ComputeThetas(cell_thetas)
-      micro_size = self._contract.InputLayout(micro[0]).batch_size
-
-      def MicroTheta(k: int, m: int) -> NestedMap:
-        with tf.device(devices[k]):
-          return self._MicroTheta(compute_thetas[k], m * micro_size)
-
       if tick_loop.Applicable(num_micro, p.loop_min_micro_batches):
+        with tf.device(devices[0]):
+          micro = self._contract.SplitInputs(step_inputs, num_micro)
+        slices = [step_inputs]
+        tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
+                               p.cells_per_device)
         result = scheduled_loop.ScheduledLoop(
             self._runners, devices[:self.num_devices], tasks, compute_thetas, micro,
-            micro_size, p.remat, p.remat_last_micro_batch, loss_fn).Run()
+            self._contract.InputLayout(micro[0]).batch_size, p.remat,
+            p.remat_last_micro_batch, loss_fn).Run()
       else:
-        result = scheduled_step.RunStep(self._runners, devices[:self.num_devices],
-                                        tasks, micro, MicroTheta, decisions, loss_fn)
-      with tf.device(devices[-1]):
-        outputs = self._contract.MergeOutputs(result.last_outputs, micro_size)
-      with tf.device(devices[0]):
-        d_inputs = self._contract.MergeInputGrads(micro[0], result.input_grads)
+        run, slices = self._Executor(compute_thetas, step_inputs, num_micro,
+                                     training=True, loss_fn=loss_fn)
+        run.Run()
+        result = run.Result()
+      outputs = self._Outputs(result.last_outputs, slices)
+      d_inputs = self._InputGrads(result.input_grads, slices)
       self._ApplyCellUpdates(result.updates)
 
       def Grad(d_loss, *unused_d_outputs, variables=None):
-        grads = scheduled_step.ScaleGradients(d_inputs, d_loss, devices[0])
+        grads = _Scale(d_inputs, d_loss, devices[0])
         for k, cell_grads in enumerate(result.theta_grads):
-          grads += scheduled_step.ScaleGradients(cell_grads, d_loss, devices[k])
+          grads += _Scale(cell_grads, d_loss, devices[k])
         return (grads, [None] * len(variables)) if variables else grads
 
       return (result.loss, outputs), Grad
 
     loss, outputs = Pipeline(inputs, thetas)
     return loss, tf.nest.map_structure(tf.stop_gradient, outputs)
-
-  def _RunBackward(self, tasks: Dict[Tuple[int, int], '_Task'],
-                   output_grads: List[Any], num_micro: int, replica: int = 0
-                   ) -> Tuple[List[Any], List[Any]]:
-    """Backward of every (cell, micro-batch) of `replica` in schedule
-    order, recomputing each cell on its device (or reading the recording of
-    its forward).
-
-    Returns the gradients of the flat pipeline inputs and, cell after cell,
-    of the flat thetas summed over micro-batches on each cell's device (by
-    the cells' CellGradients).
-    """
-    p = self.params
-    last = self.num_cells - 1
-    devices = self.replica_devices[replica]
-    runners = self._replica_runners[replica]
-    with tf.device(devices[last].name):
-      micro_dys = self._contract.SplitOutputGrads(
-          tasks[(last, 0)].outputs, output_grads, num_micro)
-    grads_out = {(last, m): micro_dys[m] for m in range(num_micro)}
-    for runner in runners:
-      runner.gradients.StartStep(num_micro)
-    input_grads: List[Any] = [None] * num_micro
-    previous: Dict[int, List[Any]] = {}
-    for task in schedule.Schedule(p.schedule, self.num_cells, num_micro,
-                                  schedule.Phase.BACKWARD):
-      k, m = task.cell, task.micro_batch
-      done = tasks[(k, m)]
-      dy = tf.nest.pack_sequence_as(done.outputs, grads_out[(k, m)])
-      with _After(previous.get(k)):
-        if done.recording is not None:
-          dx = runners[k].BackwardFromTape(done.recording, done.inputs,
-                                           done.outputs, dy)
-        else:
-          dx = runners[k].Backward(done.theta, done.inputs, dy,
-                                   done.decision, num_micro)
-      previous[k] = [g for g in dx if g is not None]
-      if k > 0:
-        grads_out[(k - 1, m)] = [
-            tf.zeros_like(x) if g is None else g
-            for x, g in zip(tf.nest.flatten(done.inputs), dx)]
-      else:
-        input_grads[m] = dx
-    with tf.device(devices[0].name):
-      d_inputs = self._contract.MergeInputGrads(tasks[(0, 0)].inputs, input_grads)
-    return d_inputs, [g for k, runner in enumerate(runners)
-                      for g in runner.gradients.StepGradients(tasks[(k, 0)].theta)]
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
@@ -515,46 +455,30 @@ class PipeliningLayer(base_layer.BaseLayer):
     return containers.ChainMeta(CellParams(params), input_shapes)
 
 
-@dataclasses.dataclass
-class _Task:
-  """What one (cell, micro-batch) forward saw and produced."""
-  inputs: tuple
-  theta: NestedMap
-  outputs: tuple
-  decision: Optional[remat.Decision]  # None: not training
-  recording: Optional[cell_runner.Recording]
+def _Scale(grads: Sequence[Any], scale: tf.Tensor, device: str) -> List[Any]:
+  """`grads` times the scalar `scale` on `device` (None stays None): the
+  stored gradients of a loss, for an upstream gradient `scale` of it."""
+  with tf.device(device):
+    return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
 
 
-def _After(previous: Optional[List[Any]]):
-  """A context whose ops wait for `previous` (the device's last task), so a
-  device runs its tasks in schedule order. Control edges on the cell's call
-  op itself: identities of its inputs would cost M*K*(inputs + theta) graph
-  nodes and their tracing time (docs/benchmarks/profiles.md)."""
-  return tf.control_dependencies(previous or [])
+def _Name(p: hyperparams.Params) -> str:
+  return 'schedule_text' if p.schedule_text else p.schedule.name
 
 
-def _NumDevices(p: hyperparams.Params, num_cells: int) -> int:
-  """K, the devices of p's num_cells cells (p.cells_per_device each);
-  raises ValueError for a schedule that cannot run them."""
-  v = p.cells_per_device
-  if not isinstance(p.schedule, schedule.ScheduleKind):
-    raise TypeError(f'PipeliningLayer {p.name!r}: schedule must be a '
-                    f'ScheduleKind, got {p.schedule!r}.')
-  if v < 1 or num_cells % v:
-    raise ValueError(f'PipeliningLayer {p.name!r}: {num_cells} cells do not '
-                     f'make cells_per_device={v} cells on each device; set '
-                     f'num_partitions to a multiple of {v} (K*v cells).')
-  num_devices = num_cells // v
-  if p.num_replicas > 1 and (p.schedule != schedule.ScheduleKind.GPIPE or
-                             p.loop_min_micro_batches):
-    raise ValueError(f'PipeliningLayer {p.name!r}: num_replicas='
-                     f'{p.num_replicas} runs the unrolled GPIPE schedule only; '
-                     f'set num_replicas=1 for schedule={p.schedule.name} or '
-                     'loop_min_micro_batches, or use ScheduleKind.GPIPE with '
-                     'loop_min_micro_batches=0.')
-  num_micro = p.num_micro_batches if not p.micro_batch_size else None
-  schedule.CheckShape(p.schedule, num_devices, num_micro or num_devices, v)
-  return num_devices
+def _CheckLoops(p: hyperparams.Params) -> None:
+  """Raises ValueError where the loop emission cannot run the pipeline."""
+  if not p.loop_min_micro_batches:
+    return
+  loops = (schedule.ScheduleKind.GPIPE, schedule.ScheduleKind.ONE_F_ONE_B,
+           schedule.ScheduleKind.INTERLEAVED)
+  if p.num_replicas > 1 or p.schedule_text or p.schedule not in loops:
+    raise ValueError(
+        f'PipeliningLayer {p.name!r}: loop_min_micro_batches='
+        f'{p.loop_min_micro_batches} runs {[k.name for k in loops]} with one '
+        f'replica, not {_Name(p)} with num_replicas='
+        f'{p.num_replicas}; set loop_min_micro_batches=0 (the unrolled '
+        'emission runs every schedule and replicas).')
 
 
 def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], shapes: tuple) -> Any:

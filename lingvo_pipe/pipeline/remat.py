@@ -12,7 +12,7 @@ so that what a policy keeps, recomputes, inlines and defers is stated once:
 
 Under PER_CELL the kept micro-batch is the one whose backward the cell
 runs right after its forward: m == M - 1 in fill-drain; in 1F1B every
-micro-batch of the last cell (scheduled_step).
+micro-batch of the last cell (plan.Decisions).
 
 A recorded forward keeps its activations on a tape for its backward;
 the others keep only the cell's inputs and their backward recomputes the
@@ -49,17 +49,24 @@ class Decision:
       (tf.recompute_grad per sublayer).
     defer: projections may defer their weight gradients to one product
       per step (deferred_grads).
+    split: the backward is split into I and W (schedules/actions): every
+      projection defers its weight gradient to the micro-batch's W, which
+      multiplies its factors (needs defer).
   """
   record: bool
   inline: bool
   per_layer: bool
   defer: bool
+  split: bool = False
 
   def __post_init__(self) -> None:
     if self.defer and self.record and not self.inline:
       raise ValueError(f'{self}: a recorded forward defers weight gradients '
                        'only if inlined (the factors must be tensors of the '
                        "step's graph, not of a traced function's).")
+    if self.split and not self.defer:
+      raise ValueError(f'{self}: a split backward defers its projections\' '
+                       'weight gradients to its W; set defer too.')
 
 
 def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
@@ -72,7 +79,7 @@ def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
   backward, the micro-batch that PER_CELL keeps unless
   remat_last_micro_batch (the table's 'm == M - 1'). None: fill-drain's
   answer, micro_batch == num_micro_batches - 1; other schedules
-  (scheduled_step) say which.
+  (plan.Decisions) say which.
 
   Raises:
     TypeError: if policy is not a RematPolicy.

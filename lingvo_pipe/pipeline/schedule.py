@@ -48,12 +48,7 @@ import dataclasses
 import enum
 from typing import Dict, Iterator, List, Sequence, Set, Tuple
 
-
-class ScheduleKind(enum.Enum):
-  """Which pipeline schedule to run."""
-  GPIPE = 'gpipe'  # all forwards (fill), then all backwards (drain)
-  ONE_F_ONE_B = 'one_f_one_b'  # PipeDream-flush: one forward, one backward
-  INTERLEAVED = 'interleaved'  # Megatron's interleaved 1F1B, v cells a device
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 
 class Phase(enum.Enum):

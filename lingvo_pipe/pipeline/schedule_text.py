@@ -11,7 +11,8 @@ under 1F1B:
     0F0,0F1,0B0,0B1
     1F0,1B0,1F1,1B1
 
-`Format` writes that CSV; `Parse` also takes spaces between actions, skips
+`Format` writes that CSV; `Parse` also takes ';' between lines (for
+command lines: `0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1`), spaces between actions, skips
 empty fields (idle steps), and ignores `#` comments and blank lines (so
 every device runs at least one action). Cells are
 placed on the device whose line names them first, unless cell_devices
@@ -70,7 +71,7 @@ def Parse(text: str, cell_devices: Optional[Sequence[int]] = None,
       for a text without actions.
   """
   rows: List[List[actions.Action]] = []
-  for number, line in enumerate(text.splitlines(), start=1):
+  for number, line in enumerate(re.split(r'[\n;]', text), start=1):
     tokens = [t for t in re.split(r'[,\s]+', line.split('#', 1)[0]) if t]
     if not tokens:
       continue

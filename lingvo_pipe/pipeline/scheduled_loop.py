@@ -1,6 +1,6 @@
 """Any schedule's loss-inside training step as one tf.while_loop over its clocks.
 
-scheduled_step emits every task of schedule.Tasks: 2*C*M cell calls for C
+executor emits every task of schedule.Tasks: 2*C*M cell calls for C
 cells, and the time to the first step grows with them. Here one loop runs
 the schedule's clocks; per clock, each device runs a tf.switch_case whose
 index comes from a constant [clocks, devices] table built from the tasks:
@@ -8,7 +8,7 @@ idle, or the forward or backward of one of the device's cells (or both,
 below). The step holds at most 2*C cell calls whatever M is.
 
 The last cell's forward also computes its micro-batch's loss and the
-gradients of its outputs (scheduled_step._LossAndOutputGrads), the loss
+gradients of its outputs (executor.LossAndOutputGrads), the loss
 added into a loop variable. Data between cells lives in TensorArrays per
 cell boundary, indexed by a ring slot m mod S: activations (cell j's
 forward writes them, cell j+1's forward and backward read them) and output
@@ -51,7 +51,7 @@ from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule
-from lingvo_pipe.pipeline import scheduled_step
+from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.tick_loop import MicroTheta
 
@@ -150,7 +150,7 @@ class ScheduledLoop:
     policy: the pipeline's RematPolicy (PER_LAYER recomputes per layer).
     remat_last_micro_batch: the pipeline's: recompute the last cell's
       micro-batches that KeptLastMicroBatches would keep.
-    loss_fn: the per-micro-batch loss (scheduled_step.MicroLossFn).
+    loss_fn: the per-micro-batch loss (executor.MicroLossFn).
   """
 
   def __init__(self, runners: Sequence[cell_runner.CellRunner],
@@ -158,7 +158,7 @@ class ScheduledLoop:
                thetas: Sequence[NestedMap], micro_inputs: Sequence[tuple],
                micro_size: int,
                policy: remat.RematPolicy, remat_last_micro_batch: bool,
-               loss_fn: scheduled_step.MicroLossFn) -> None:
+               loss_fn: executor.MicroLossFn) -> None:
     self._runners = list(runners)
     self._devices = list(devices)
     self._thetas = list(thetas)
@@ -213,7 +213,7 @@ class ScheduledLoop:
         x, upd, _ = runner.Forward(self._thetas[k], x)
         outs.append(x)
         updates.append(upd)
-      loss, _ = scheduled_step._LossAndOutputGrads(self._loss_fn, x)  # pylint: disable=protected-access
+      loss, _ = executor.LossAndOutputGrads(self._loss_fn, x)
       return outs, updates, loss
 
     traced = tf.function(Chain, autograph=False).get_concrete_function()
@@ -260,7 +260,7 @@ class ScheduledLoop:
     return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
             for cell_indices, cell in zip(indices, traced.structured_outputs)]
 
-  def Run(self) -> scheduled_step.StepResult:
+  def Run(self) -> executor.StepResult:
     """Runs the loop: the StepResult, theta gradients read from the cells'
     accumulators after it."""
     num_micro, last, rings = self._num_micro, self._num_cells - 1, self._rings
@@ -303,7 +303,7 @@ class ScheduledLoop:
             self._MicroTheta(j, m), self._Inputs(j, m, acts))
         result = tf.nest.flatten(out) + tf.nest.flatten(upd)
         if j == last:
-          micro_loss, dy = scheduled_step._LossAndOutputGrads(self._loss_fn, out)  # pylint: disable=protected-access
+          micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
           result += [micro_loss] + dy
         return result
 
@@ -331,7 +331,7 @@ class ScheduledLoop:
         x = self._Inputs(last, m, acts)
         out, upd, recording = runner.Forward(self._MicroTheta(last, m), x,
                                              self._kept_decision, num_micro)
-        micro_loss, dy = scheduled_step._LossAndOutputGrads(self._loss_fn, out)  # pylint: disable=protected-access
+        micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
         dx = runner.BackwardFromTape(recording, x, out,
                                      tf.nest.pack_sequence_as(out, dy))
         factors = runner.gradients.TakeFactors()
@@ -433,4 +433,4 @@ class ScheduledLoop:
                    for j, runner in enumerate(self._runners)]
     updates = [tf.nest.pack_sequence_as(self._update_structs[j], sums[j])
                for j in range(self._num_cells)]
-    return scheduled_step.StepResult(loss, last_outputs, input_grads, theta_grads, updates)
+    return executor.StepResult(loss, [last_outputs], [input_grads], theta_grads, updates)

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.pipeline import replicas
+from lingvo_pipe.pipeline import executor
 
 from tests import transparency
 from tests.pipeline import pipeline_models as models
@@ -65,7 +65,7 @@ def test_replica_gradients_are_added_on_the_variables_device():
   graph = models.TrainStep(pipe, 0).get_concrete_function(
       tf.TensorSpec(shape, tf.float32)).graph
   sums = [op for op in graph.get_operations()
-          if op.type == 'AddN' and op.name.startswith(replicas.REPLICA_SUM_SCOPE)]
+          if op.type == 'AddN' and op.name.startswith(executor.REPLICA_SUM_SCOPE)]
   assert len(sums) == len(pipe.trainable_variables)
   owner = {v.name: tf.DeviceSpec.from_string(v.device).device_index
            for v in pipe.trainable_variables}

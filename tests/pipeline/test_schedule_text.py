@@ -7,7 +7,7 @@ from lingvo_pipe.pipeline import validate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 
-BuiltIn = built_in.BuiltIn
+BuiltIn = built_in.ScheduleKind
 
 
 def test_format_writes_one_csv_line_per_device():

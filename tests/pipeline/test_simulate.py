@@ -7,7 +7,7 @@ from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 
-BuiltIn = built_in.BuiltIn
+BuiltIn = built_in.ScheduleKind
 EQUAL_F_B = simulate.Costs(forward=1, backward=1)  # a B takes one clock, as an F
 EQUAL_F_I_W = simulate.Costs()  # F = I = W = 1, B = I + W = 2
 

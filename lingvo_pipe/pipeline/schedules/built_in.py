@@ -10,23 +10,29 @@ from lingvo_pipe.pipeline.schedules import one_f_one_b
 from lingvo_pipe.pipeline.schedules import zero_bubble
 
 
-class BuiltIn(enum.Enum):
-  """A built-in schedule; the value is its name on command lines."""
+class ScheduleKind(enum.Enum):
+  """A built-in schedule (PipeliningLayer's p.schedule); the value is its
+  name on command lines."""
   FILL_DRAIN = 'fill_drain'  # GPipe: every forward, then every backward
+  GPIPE = 'fill_drain'  # Lingvo's name of fill-drain: the same member
   ONE_F_ONE_B = 'one_f_one_b'  # PipeDream-flush
   INTERLEAVED = 'interleaved'  # Megatron's interleaved 1F1B, v cells a device
   ZB_H1 = 'zb_h1'  # zero bubble, 1F1B's memory
   ZB_H2 = 'zb_h2'  # zero bubble, twice 1F1B's memory
   ZB_V = 'zb_v'  # zero bubble, two cells a device in a V
 
+  @classmethod
+  def _missing_(cls, value):
+    return cls.FILL_DRAIN if value == 'gpipe' else None
 
-def CellsPerDevice(kind: BuiltIn, cells_per_device: Optional[int] = None) -> int:
+
+def CellsPerDevice(kind: ScheduleKind, cells_per_device: Optional[int] = None) -> int:
   """v of `kind`: ZB_V's is 2, INTERLEAVED's is given, the others' 1.
 
   Raises:
     ValueError: if `cells_per_device` is given and `kind` cannot run it.
   """
-  fixed = {BuiltIn.ZB_V: 2, BuiltIn.INTERLEAVED: None}.get(kind, 1)
+  fixed = {ScheduleKind.ZB_V: 2, ScheduleKind.INTERLEAVED: None}.get(kind, 1)
   if fixed is None:
     if cells_per_device is None:
       raise ValueError('The interleaved schedule needs cells_per_device (v, '
@@ -39,7 +45,7 @@ def CellsPerDevice(kind: BuiltIn, cells_per_device: Optional[int] = None) -> int
   return fixed
 
 
-def Build(kind: BuiltIn, num_devices: int, num_micro_batches: int,
+def Build(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
           cells_per_device: Optional[int] = None) -> actions.Schedule:
   """The actions of built-in schedule `kind` for K=num_devices devices, M
   micro-batches and (INTERLEAVED only) v=cells_per_device.
@@ -48,18 +54,18 @@ def Build(kind: BuiltIn, num_devices: int, num_micro_batches: int,
     ValueError: for sizes the schedule cannot run (see CellsPerDevice and
       actions.CheckSizes).
   """
-  if not isinstance(kind, BuiltIn):
-    raise TypeError(f'kind must be a BuiltIn, got {kind!r}; one of '
-                    f'{[k.value for k in BuiltIn]}.')
+  if not isinstance(kind, ScheduleKind):
+    raise TypeError(f'kind must be a ScheduleKind, got {kind!r}; one of '
+                    f'{[k.value for k in ScheduleKind]}.')
   v = CellsPerDevice(kind, cells_per_device)
-  if kind == BuiltIn.FILL_DRAIN:
+  if kind == ScheduleKind.FILL_DRAIN:
     return fill_drain.FillDrain(num_devices, num_micro_batches)
-  if kind == BuiltIn.ONE_F_ONE_B:
+  if kind == ScheduleKind.ONE_F_ONE_B:
     return one_f_one_b.OneFOneB(num_devices, num_micro_batches)
-  if kind == BuiltIn.INTERLEAVED:
+  if kind == ScheduleKind.INTERLEAVED:
     return interleaved.Interleaved(num_devices, num_micro_batches, v)
-  if kind == BuiltIn.ZB_H1:
+  if kind == ScheduleKind.ZB_H1:
     return zero_bubble.ZeroBubbleH1(num_devices, num_micro_batches)
-  if kind == BuiltIn.ZB_H2:
+  if kind == ScheduleKind.ZB_H2:
     return zero_bubble.ZeroBubbleH2(num_devices, num_micro_batches)
   return zero_bubble.ZeroBubbleV(num_devices, num_micro_batches)

@@ -11,7 +11,7 @@ from lingvo_pipe.pipeline.schedules import interleaved
 from lingvo_pipe.pipeline.schedules import one_f_one_b
 from lingvo_pipe.pipeline.schedules import zero_bubble
 
-BuiltIn = built_in.BuiltIn
+BuiltIn = built_in.ScheduleKind
 
 
 def _Rows(s: actions.Schedule):

@@ -1,0 +1,340 @@
+"""One executor: runs a plan's actions (F, B, I, W) over every replica, unrolled.
+
+The executor follows plan.Order: every action of every replica, each
+device's in its schedule's order (each waits for its device's previous
+action through control dependencies on the cell's call), so a cell keeps
+only the micro-batches its schedule has in flight. Replicas are an axis:
+replica r runs the same actions on its own devices (plan.replica_devices)
+on its slice of the batch; micro-batch m of replica r is micro-batch
+r*M + m of the whole batch (its dropout masks too).
+
+- F runs a cell's forward as its remat.Decision says (plan.Decisions); on
+  the last cell, with a loss function, also the micro-batch's loss and the
+  gradients of the cell's outputs.
+- B runs the cell's backward, recomputing or from the forward's tape;
+  weight gradients go to the cell's CellGradients.
+- I runs the same backward split (remat.Decision.split): the projections'
+  weight gradients are left as factor pairs for the micro-batch's W, which
+  multiplies them into the accumulators. Where the decision cannot defer
+  (remat NONE or PER_LAYER, one micro-batch, compiled cells), I is a B
+  and its W does nothing.
+
+Training with the loss outside the pipeline (FProp) runs the forwards
+(Forwards) and, from the outer tape's gradients, the rest (Backwards);
+with the loss inside (FPropWithLoss) every action in one go (Run).
+Evaluation runs the forwards alone. Each replica's gradients and
+statistics are then added on replica 0's devices, where the variables
+live (Result).
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import tick_loop
+from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
+
+# The per-micro-batch loss: the last cell's outputs of one micro-batch (a
+# tensor, or a tuple for several) -> a scalar. The step's loss is the sum.
+MicroLossFn = Callable[[Any], tf.Tensor]
+
+# The name scope of the ops that add the replicas' gradients.
+REPLICA_SUM_SCOPE = 'replica_sum'
+
+
+@dataclasses.dataclass
+class StepResult:
+  """What a step produced, its replicas added.
+
+  Attributes:
+    loss: the sum of the micro-batch losses (None without a loss function).
+    last_outputs: per replica, per micro-batch the last cell's outputs.
+    input_grads: per replica, per micro-batch the gradients of the flat
+      pipeline inputs (None where not floating point).
+    theta_grads: per cell, the gradients of its flat theta summed over
+      micro-batches and replicas on the cell's variable device.
+    updates: per cell, its additive statistics summed likewise.
+  """
+  loss: Optional[tf.Tensor]
+  last_outputs: List[List[tuple]]
+  input_grads: List[List[List[Any]]]
+  theta_grads: List[List[Any]]
+  updates: List[NestedMap]
+
+
+@dataclasses.dataclass
+class _Forward:
+  """What one (replica, cell, micro-batch) forward saw and produced."""
+  inputs: tuple
+  theta: NestedMap
+  outputs: tuple
+  decision: Optional[remat.Decision]
+  recording: Optional[cell_runner.Recording]
+
+
+def MicroTheta(theta: NestedMap, first_example: Any) -> NestedMap:
+  """Cell theta for the micro-batch whose first example has index
+  `first_example` in the global batch: step seeds [s0, first_example]
+  (base_layer.WithStepSeed).
+
+  The seed passes through PlaceholderWithDefault, which Grappler never
+  folds: from a constant step seed (none set, or Python numbers) each
+  call of a cell would get a constant of its own, and Grappler
+  specializes a called function for each distinct constant input, K*M
+  copies of the cells' functions, which doubles the first step
+  (docs/benchmarks/profiles.md, 'Figures behind the code').
+  """
+  seed = tick_loop.MicroSeed(theta, first_example)
+  if seed is None:
+    return theta
+  return base_layer.WithStepSeed(
+      theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
+
+
+def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple
+                       ) -> Tuple[tf.Tensor, List[Any]]:
+  """The micro-batch loss and its gradient of each flat output (zeros for
+  outputs it does not use or that are not floating point)."""
+  flat = tf.nest.flatten(outputs)
+  diff = [x for x in flat if IsDifferentiable(x)]
+  with tf.GradientTape(watch_accessed_variables=False) as tape:
+    tape.watch(diff)
+    loss = loss_fn(containers.UnwrapSingle(outputs))
+  if not (isinstance(loss, tf.Tensor) and loss.shape.rank == 0):
+    raise ValueError(f'The per-micro-batch loss function must return a '
+                     f'scalar tensor; it returned {loss!r}.')
+  grads = iter(tape.gradient(loss, diff,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO))
+  return loss, [next(grads) if IsDifferentiable(x) else tf.zeros_like(x)
+                for x in flat]
+
+
+class Executor:
+  """One step of a plan's actions over its replicas (module docstring).
+
+  Args:
+    plan: the pipeline's Plan.
+    runners: [replica][cell] the CellRunners.
+    thetas: per cell its theta in the compute dtype, on replica 0's devices;
+      the other replicas read copies onto their own.
+    micro_inputs: [replica][micro-batch] the pipeline's inputs.
+    micro_size: examples per micro-batch (dropout masks index examples).
+    training: run the forwards as remat decides, for backwards to follow
+      (else forwards only, as in evaluation).
+    loss_fn: the per-micro-batch loss, or None (loss outside, or eval).
+  """
+
+  def __init__(self, plan: plan_lib.Plan,
+               runners: Sequence[Sequence[cell_runner.CellRunner]],
+               thetas: Sequence[NestedMap], micro_inputs: Sequence[Sequence[tuple]],
+               micro_size: int, training: bool,
+               loss_fn: Optional[MicroLossFn] = None) -> None:
+    self._plan = plan
+    self._runners = runners
+    self._num_micro = len(micro_inputs[0])
+    self._micro_inputs = micro_inputs
+    self._micro_size = micro_size
+    self._loss_fn = loss_fn
+    self._training = training
+    self._decisions = plan.Decisions(self._num_micro) if training else {}
+    self._thetas = [list(thetas)] + [
+        _Copy(thetas, [d.name for d in row]) for row in plan.replica_devices[1:]]
+    self._order = plan.Order(self._num_micro)
+    self._forwards: Dict[Tuple[int, int, int], _Forward] = {}
+    self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
+    self._factors: Dict[Tuple[int, int, int], Any] = {}
+    self._previous: Dict[Tuple[int, int], List[Any]] = {}  # (r, device) -> last
+    num_r, num_m = plan.num_replicas, self._num_micro
+    self._updates: List[List[List[NestedMap]]] = [
+        [[] for _ in range(plan.num_cells)] for _ in range(num_r)]
+    self.last_outputs: List[List[Any]] = [[None] * num_m for _ in range(num_r)]
+    self.input_grads: List[List[Any]] = [[None] * num_m for _ in range(num_r)]
+    self._losses: List[tf.Tensor] = []
+    self._summed_updates: Optional[List[NestedMap]] = None
+
+  # --- phases ----------------------------------------------------------------
+
+  def Forwards(self) -> None:
+    """Runs every F, in order."""
+    self._Emit([a for a in self._order if a.kind == ActionKind.F])
+
+  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> None:
+    """Runs every action but the F's, in order, from [replica][micro-batch]
+    the gradients of the last cell's flat outputs."""
+    last = self._plan.num_cells - 1
+    for r, per_micro in enumerate(output_grads):
+      for m, dys in enumerate(per_micro):
+        self._output_grads[(r, last, m)] = list(dys)
+    self._StartBackwards()
+    self._Emit([a for a in self._order if a.kind != ActionKind.F])
+
+  def Run(self) -> None:
+    """Runs every action, in order (the loss inside the pipeline)."""
+    self._StartBackwards()
+    self._Emit(self._order)
+
+  def Result(self) -> StepResult:
+    """The step's results, replicas added (after Backwards or Run)."""
+    plan = self._plan
+    grads = []
+    for r in range(plan.num_replicas):
+      per_cell = []
+      for c, runner in enumerate(self._runners[r]):
+        # After the device's last action: a device whose cells end at
+        # different times runs its remaining backwards first.
+        with tf.control_dependencies(self._previous.get((r, plan.cell_devices[c]), [])):
+          per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
+      grads.append(per_cell)
+    return StepResult(self.Loss(), self.last_outputs, self.input_grads,
+                      _SumOverReplicas(grads, plan.devices), self.Updates())
+
+  def Loss(self) -> Optional[tf.Tensor]:
+    """The sum of the micro-batch losses on the last cell's device (None
+    without a loss function)."""
+    if not self._losses:
+      return None
+    with tf.device(self._plan.devices[-1].name):
+      return tf.add_n(self._losses)
+
+  def Updates(self) -> List[NestedMap]:
+    """Per cell, its statistics summed over micro-batches and replicas on
+    its variable device (after Forwards; built once)."""
+    if self._summed_updates is None:
+      self._summed_updates = self._SumUpdates()
+    return self._summed_updates
+
+  def _SumUpdates(self) -> List[NestedMap]:
+    per_replica = []
+    for r, row in enumerate(self._plan.replica_devices):
+      summed = []
+      for c, device in enumerate(row):
+        with tf.device(device.name):
+          summed.append(_AddN(self._updates[r][c]))
+      per_replica.append(summed)
+    summed = []
+    for c, device in enumerate(self._plan.devices):
+      with tf.device(device.name):
+        summed.append(_AddN([u[c] for u in per_replica]))
+    return summed
+
+  # --- actions ---------------------------------------------------------------
+
+  def _StartBackwards(self) -> None:
+    for row in self._runners:
+      for runner in row:
+        runner.gradients.StartStep(self._num_micro)
+
+  def _Emit(self, order: Sequence[Action]) -> None:
+    for action in order:
+      for r in range(self._plan.num_replicas):
+        if action.kind == ActionKind.F:
+          self._Forward(r, action.cell, action.micro_batch)
+        elif action.kind in (ActionKind.B, ActionKind.I):
+          self._Backward(r, action.cell, action.micro_batch)
+        elif action.kind == ActionKind.W:
+          self._WeightBackward(r, action.cell, action.micro_batch)
+
+  def _After(self, r: int, c: int):
+    """A context whose ops wait for the device's previous action. Control
+    edges on the cell's call op itself: identities of its inputs would cost
+    M*K*(inputs + theta) graph nodes and their tracing time
+    (docs/benchmarks/profiles.md)."""
+    return tf.control_dependencies(
+        self._previous.get((r, self._plan.cell_devices[c]), []))
+
+  def _SetPrevious(self, r: int, c: int, done: List[Any]) -> None:
+    """Marks `done` as the device's last action, unless it is empty (a
+    backward with no input gradient to wait on leaves the order as it was)."""
+    if done:
+      self._previous[(r, self._plan.cell_devices[c])] = done
+
+  def _Forward(self, r: int, c: int, m: int) -> None:
+    runner = self._runners[r][c]
+    x = self._micro_inputs[r][m] if c == 0 else self._forwards[(r, c - 1, m)].outputs
+    with tf.device(runner.device):
+      theta = MicroTheta(self._thetas[r][c],
+                         (r * self._num_micro + m) * self._micro_size)
+    decision = self._decisions.get((c, m))
+    with self._After(r, c):
+      out, upd, recording = runner.Forward(theta, x, decision, self._num_micro)
+    self._forwards[(r, c, m)] = _Forward(x, theta, out, decision, recording)
+    self._updates[r][c].append(upd)
+    self._SetPrevious(r, c, tf.nest.flatten(out))
+    if c < self._plan.num_cells - 1:
+      return
+    self.last_outputs[r][m] = out
+    if self._loss_fn is None:
+      return
+    with tf.device(runner.device):
+      if not self._training:
+        self._losses.append(self._loss_fn(containers.UnwrapSingle(out)))
+        return
+      loss, dys = LossAndOutputGrads(self._loss_fn, out)
+    self._losses.append(loss)
+    self._output_grads[(r, c, m)] = dys
+
+  def _Backward(self, r: int, c: int, m: int) -> None:
+    """B, or I: the input gradient goes to the previous cell (or out)."""
+    runner = self._runners[r][c]
+    done = self._forwards.pop((r, c, m))
+    dy = tf.nest.pack_sequence_as(done.outputs, self._output_grads.pop((r, c, m)))
+    with self._After(r, c):
+      if done.recording is not None:
+        dx = runner.BackwardFromTape(done.recording, done.inputs, done.outputs, dy)
+      else:
+        dx = runner.Backward(done.theta, done.inputs, dy, done.decision,
+                             self._num_micro)
+    if done.decision.split:
+      self._factors[(r, c, m)] = runner.gradients.TakeSplitFactors()
+    self._SetPrevious(r, c, [g for g in dx if g is not None])
+    if c > 0:
+      self._output_grads[(r, c - 1, m)] = [
+          tf.zeros_like(x) if g is None else g
+          for x, g in zip(tf.nest.flatten(done.inputs), dx)]
+    else:
+      self.input_grads[r][m] = dx
+
+  def _WeightBackward(self, r: int, c: int, m: int) -> None:
+    """W: the product of its I's factor pairs (nothing if the I was a B)."""
+    factors = self._factors.pop((r, c, m), None)
+    if factors:
+      with self._After(r, c):
+        self._SetPrevious(r, c, self._runners[r][c].WeightBackward(factors))
+
+
+def _AddN(nests: Sequence[Any]) -> Any:
+  return tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)), *nests)
+
+
+def _Copy(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap]:
+  """Each cell's theta copied onto `devices[c]` (a replica's own copy)."""
+  copies = []
+  for theta, device in zip(thetas, devices):
+    with tf.device(device):
+      copies.append(tf.nest.map_structure(tf.identity, theta))
+  return copies
+
+
+def _SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
+                     devices: Sequence[Any]) -> List[List[Any]]:
+  """Per cell its flat theta gradients added over replicas on its variable
+  device (replica 0's); None stays None."""
+  if len(per_replica) == 1:
+    return [list(g) for g in per_replica[0]]
+  summed = []
+  for c, device in enumerate(devices):
+    cell = []
+    with tf.device(device.name), tf.name_scope(REPLICA_SUM_SCOPE):
+      for parts in zip(*[grads[c] for grads in per_replica]):
+        present = [g for g in parts if g is not None]
+        cell.append(tf.add_n(present) if present else None)
+    summed.append(cell)
+  return summed

@@ -1,0 +1,218 @@
+"""The resolved plan of a pipeline: what runs where, computed once from its params.
+
+A PipeliningLayer builds one Plan at construction: the number of cells, the
+device of every (replica, cell), the schedule (a ScheduleKind or a text in
+PyTorch's notation, schedule_text), and the remat policy. For a number of
+micro-batches M it gives the schedule's actions (validated), the order in
+which the executor emits them, and the remat.Decision of every (cell,
+micro-batch). The layer, the executor, the planner and the trainer's
+inspection read it; nobody derives these again.
+"""
+
+import dataclasses
+import functools
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import device_mapping
+from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import schedule_text
+from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+ScheduleSpec = Union[ScheduleKind, str]  # a built-in kind, or a text
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a pipeline runs where.
+
+  Attributes:
+    name: the pipeline's name, for messages.
+    spec: p.schedule, a ScheduleKind or a schedule's text.
+    num_cells: C, the cells.
+    num_devices: K, the devices of one replica.
+    cells_per_device: v.
+    cell_devices: the device index (0..K-1) of each cell.
+    replica_devices: [replica][cell] the device of each cell of each replica.
+    policy: the RematPolicy.
+    remat_last_micro_batch: p.remat_last_micro_batch.
+  """
+  name: str
+  spec: ScheduleSpec
+  num_cells: int
+  num_devices: int
+  cells_per_device: int
+  cell_devices: Tuple[int, ...]
+  replica_devices: Tuple[Tuple[cluster.Device, ...], ...]
+  policy: remat.RematPolicy
+  remat_last_micro_batch: bool
+
+  @property
+  def num_replicas(self) -> int:
+    return len(self.replica_devices)
+
+  @property
+  def devices(self) -> Tuple[cluster.Device, ...]:
+    """Replica 0's device of each cell (where the variables live)."""
+    return self.replica_devices[0]
+
+  def ReplicaZero(self) -> 'Plan':
+    """This plan with replica 0 alone (evaluation)."""
+    return dataclasses.replace(self, replica_devices=self.replica_devices[:1])
+
+  def Actions(self, num_micro: int) -> actions.Schedule:
+    """The schedule's actions for M=num_micro micro-batches, validated.
+
+    Raises:
+      ValueError: naming the value and the fix, for an M the schedule
+        cannot run, a text written for another M or other cells, or a
+        schedule that cannot run (validate's message).
+    """
+    return _Actions(self.spec, self.num_devices, self.cells_per_device,
+                    self.num_cells, num_micro, self.name)
+
+  def Order(self, num_micro: int) -> Tuple[Action, ...]:
+    """Every action of one replica in the order the executor emits them:
+    by start time with unit costs, then device; each device's actions keep
+    their order, and every action comes after the actions it reads."""
+    return _Order(self.Actions(num_micro))
+
+  def Decisions(self, num_micro: int) -> Dict[Tuple[int, int], remat.Decision]:
+    """remat.Decide for every (cell, micro-batch): a forward that its own
+    backward follows next on its device is the one PER_CELL keeps; a
+    backward split into I and W defers every projection's weight gradient
+    to its W (where the decision defers at all)."""
+    schedule = self.Actions(num_micro)
+    decisions = {}
+    for row in schedule.devices:
+      for a, after in zip(row, list(row[1:]) + [None]):
+        if a.kind != ActionKind.F:
+          continue
+        follows = (after is not None and after.kind in actions.INPUT_BACKWARDS
+                   and (after.cell, after.micro_batch) == (a.cell, a.micro_batch))
+        decision = remat.Decide(self.policy, self.remat_last_micro_batch,
+                                a.micro_batch, num_micro, backward_follows=follows)
+        split = schedule.InputBackward(a.cell, a.micro_batch).kind == ActionKind.I
+        decisions[(a.cell, a.micro_batch)] = dataclasses.replace(
+            decision, split=split and decision.defer)
+    return decisions
+
+  def ForwardsFirst(self, num_micro: int) -> bool:
+    """Whether every device runs all its forwards before any backward, so
+    the loss can be taken outside the pipeline (FProp's training)."""
+    for row in self.Actions(num_micro).devices:
+      kinds = [a.kind == ActionKind.F for a in row]
+      if False in kinds and True in kinds[kinds.index(False):]:
+        return False
+    return True
+
+  def SplitsBackwards(self, num_micro: int) -> bool:
+    """Whether the schedule has I and W actions."""
+    return any(a.kind == ActionKind.W for row in self.Actions(num_micro).devices
+               for a in row)
+
+
+def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,
+         num_replicas: int, devices: Optional[Sequence[cluster.Device]],
+         consecutive_cells_per_device: int, policy: remat.RematPolicy,
+         remat_last_micro_batch: bool) -> Plan:
+  """The Plan of a pipeline's params (PipeliningLayer's p.schedule,
+  cells_per_device, num_replicas, devices, consecutive_cells_per_device,
+  remat, remat_last_micro_batch) for `num_cells` cells.
+
+  Raises:
+    TypeError: for a schedule that is neither a ScheduleKind nor a text.
+    ValueError: naming the value and the fix, for cells that do not make
+      the schedule's devices, or too few devices.
+  """
+  if isinstance(spec, ScheduleKind):
+    v = _CellsPerDevice(name, spec, cells_per_device)
+    if num_cells % v:
+      raise ValueError(f'PipeliningLayer {name!r}: {num_cells} cells do not '
+                       f'make {v} cells on each device ({spec.name}); set '
+                       f'num_partitions to a multiple of {v} (K*v cells).')
+    num_devices = num_cells // v
+    cell_devices = built_in.Build(spec, num_devices, 2 * num_devices, v).cell_devices
+  elif isinstance(spec, str):
+    parsed = _Parse(name, spec)
+    num_devices, cell_devices = parsed.num_devices, parsed.cell_devices
+    v = -(-num_cells // num_devices)
+    if parsed.num_cells != num_cells:
+      raise ValueError(f'PipeliningLayer {name!r}: the schedule text names '
+                       f'{parsed.num_cells} cells but the pipeline has '
+                       f'{num_cells}; write the text for {num_cells} cells or '
+                       f'set num_partitions={parsed.num_cells}.')
+  else:
+    raise TypeError(f'PipeliningLayer {name!r}: schedule must be a '
+                    f'ScheduleKind or the text of a schedule, got {spec!r}; '
+                    f'one of {[k.name for k in ScheduleKind]}.')
+  places = device_mapping.PlaceReplicas(num_devices, num_replicas, devices,
+                                        consecutive_cells_per_device)
+  replica_devices = tuple(tuple(row[d] for d in cell_devices) for row in places)
+  return Plan(name, spec, num_cells, num_devices, v, tuple(cell_devices),
+              replica_devices, policy, remat_last_micro_batch)
+
+
+def _CellsPerDevice(name: str, kind: ScheduleKind, cells_per_device: int) -> int:
+  if cells_per_device < 1:
+    raise ValueError(f'PipeliningLayer {name!r}: cells_per_device must be >= 1, '
+                     f'got {cells_per_device}.')
+  try:
+    return built_in.CellsPerDevice(
+        kind, cells_per_device if kind == ScheduleKind.INTERLEAVED or
+        cells_per_device != 1 else None)
+  except ValueError as e:
+    raise ValueError(f'PipeliningLayer {name!r}: {e}') from None
+
+
+def _Parse(name: str, text: str, num_micro: Optional[int] = None) -> actions.Schedule:
+  try:
+    return schedule_text.Parse(text, num_micro_batches=num_micro)
+  except ValueError as e:
+    raise ValueError(f'PipeliningLayer {name!r}: the schedule text does not '
+                     f'parse: {e}') from None
+
+
+@functools.lru_cache(maxsize=64)
+def _Actions(spec: ScheduleSpec, num_devices: int, cells_per_device: int,
+             num_cells: int, num_micro: int, name: str) -> actions.Schedule:
+  if isinstance(spec, str):
+    schedule = _Parse(name, spec)
+    if schedule.num_micro_batches != num_micro:
+      raise ValueError(
+          f'PipeliningLayer {name!r}: the schedule text runs '
+          f'{schedule.num_micro_batches} micro-batches but the step has '
+          f'M={num_micro}; set num_micro_batches={schedule.num_micro_batches} '
+          'or write the text for this M.')
+  else:
+    if spec == ScheduleKind.INTERLEAVED and num_micro % num_devices:
+      raise ValueError(
+          f'PipeliningLayer {name!r}: the interleaved schedule runs '
+          f'micro-batches in groups of K: num_micro_batches={num_micro} must be '
+          f'a multiple of the number of devices K={num_devices}; use M='
+          f'{num_micro + (-num_micro) % num_devices}.')
+    schedule = built_in.Build(spec, num_devices, num_micro,
+                              cells_per_device if spec == ScheduleKind.INTERLEAVED else None)
+  try:
+    simulate.Simulate(schedule)  # validates
+  except ValueError as e:
+    raise ValueError(f'PipeliningLayer {name!r}: the schedule cannot run: {e}') from None
+  return schedule
+
+
+@functools.lru_cache(maxsize=64)
+def _Order(schedule: actions.Schedule) -> Tuple[Action, ...]:
+  timeline = simulate.Simulate(schedule).timeline
+  timed = sorted((t for row in timeline for t in row),
+                 key=lambda t: (t.start, t.device))
+  return tuple(t.action for t in timed)
+
+
+def CellsOnDevices(plan: Plan) -> List[List[int]]:
+  """Per device index, its cells in order."""
+  return [[c for c in range(plan.num_cells) if plan.cell_devices[c] == d]
+          for d in range(plan.num_devices)]

@@ -1,0 +1,129 @@
+"""Zero-bubble schedules and schedules as text, run by the executor: each
+equals the unpartitioned network (outputs, loss, every gradient), and a W
+really runs apart from its I."""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import schedule_text
+from lingvo_pipe.pipeline import scope_names
+from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+from tests import transparency
+from tests.pipeline import pipeline_models as models
+
+
+def _Check(pipe, inputs, m, step=7):
+  return transparency.CheckTransparent(
+      pipe, inputs, m, step=step, loss_fn=models.ConstantNormLoss,
+      train_step=models.TrainStepWithLoss(pipe, step, m))
+
+
+def _CheckLayers(layers, shape, cells, m, batch=None, **kwargs):
+  shape = [batch or shape[0]] + shape[1:]
+  pipe = models.Pipeline(layers, shape, cells, m, **kwargs)
+  x = tf.random.stateless_normal(shape, [cells, m])
+  return pipe, _Check(pipe, (x,), m)
+
+
+# K in {2, 3, 4}, M a multiple of K and not (a batch of 12).
+_ZB_GRID = [(2, 2), (2, 3), (3, 3), (3, 4), (4, 4), (4, 6)]
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.ZB_H1, ScheduleKind.ZB_H2])
+@pytest.mark.parametrize('k,m', _ZB_GRID)
+def test_zero_bubble_ffn_with_dropout(kind, k, m):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckLayers(layers, shape, k, m, batch=12, schedule=kind)
+
+
+@pytest.mark.parametrize('k,m', [(2, 3), (2, 4), (4, 6)])
+def test_zero_bubble_v_convnet_with_batch_norm_and_dropout(k, m):
+  """2K cells in a V: cells d and 2K-1-d on device d."""
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  if 2 * k > len(layers):
+    layers, shape = models.FfnLayers(keep_prob=0.8)
+  pipe, ref = _CheckLayers(layers, shape, 2 * k, m, batch=12, schedule=ScheduleKind.ZB_V)
+  assert pipe.num_devices == k
+  names = [d.name for d in pipe.devices]
+  assert names == [names[min(c, 2 * k - 1 - c)] for c in range(2 * k)]
+  if ref.bn_inputs:
+    transparency.CheckMovingAverages(pipe, ref.bn_inputs)
+
+
+@pytest.mark.parametrize('remat', list(gpipe.RematPolicy), ids=lambda r: r.name)
+def test_zb_h1_every_remat_policy(remat):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckLayers(layers, shape, 3, 4, batch=12, schedule=ScheduleKind.ZB_H1, remat=remat)
+
+
+def test_zb_h1_transformer_stack_with_dropout():
+  pipe = models.TransformerStackPipeline(2, 4, schedule=ScheduleKind.ZB_H1)
+  _Check(pipe, models.TransformerInputs(seed=24), 4)
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.ONE_F_ONE_B, ScheduleKind.ZB_H1])
+def test_replicas_run_any_schedule(kind):
+  """R=2 x M=2: the 4 micro-batches of one pipeline."""
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe = models.Pipeline(layers, shape, 2, 2, schedule=kind, num_replicas=2)
+  _Check(pipe, (tf.random.stateless_normal(shape, [2, 2]),), 4)
+
+
+def _WeightGradientUpdates(pipe, shape, m):
+  graph = models.TrainStepWithLoss(pipe, 0, m).get_concrete_function(
+      tf.TensorSpec(shape)).graph
+  return [op for op in graph.get_operations()
+          if scope_names.WEIGHT_GRADIENTS_SCOPE in op.name and
+          op.type in ('AssignAddVariableOp', 'AssignVariableOp')]
+
+
+def test_each_w_adds_its_own_micro_batch_products():
+  """ZB-H1, K=2, M=4, per-cell remat: every W of every cell adds the
+  products of its projections (two per ffn layer) into the accumulators
+  at its own place, not one product per step."""
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1)
+  projections = sum(len([v for v in cell.vars.Flatten() if v.shape.rank == 2])
+                    for cell in pipe.cells)
+  assert len(_WeightGradientUpdates(pipe, shape, 4)) == 4 * projections
+
+
+def test_a_text_schedule_equals_the_built_in_one():
+  """ZB-H1 written by hand in PyTorch's notation runs and gives the
+  built-in's numbers."""
+  text = schedule_text.Format(built_in.Build(ScheduleKind.ZB_H1, 2, 3))
+  assert '1W0' in text
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckLayers(layers, shape, 2, 3, batch=12, schedule_text=text)
+
+
+@pytest.mark.parametrize('text,m,match', [
+    ('0F0,0I0,0W0,0F1,0I1\n1F0,1I0,1W0,1F1,1I1,1W1', 2, '0I1: has no W: add 0W1'),
+    ('0F0,0W0,0I0\n1F0,1I0,1W0', 1, '0W0: runs before its I 0I0'),
+    ('0F0,0F1,0B0,0B1\n1F0,1F1,1B1', 2, '1F0: has no backward'),
+    ('0F0,0B0;1B0,1F0', 1, '1B0: runs before its forward 1F0'),
+    ('0F0,1F0,0B0,1B0\n1F0', 1, '1F0: cell 1 is on device 0, not on device 1'),
+    ('0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1', 4, 'runs 2 micro-batches but the step has M=4'),
+    ('0F0,0B0\n1F0,1B0\n2F0,2B0', 1, 'names 3 cells but the pipeline has 2'),
+])
+def test_a_bad_text_schedule_fails_at_build_naming_the_action(text, m, match):
+  layers, shape = models.FfnLayers()
+  with pytest.raises(ValueError, match=match):
+    models.Pipeline(layers, shape, 2, m, schedule_text=text)
+
+
+def test_fprop_of_a_zero_bubble_pipeline_says_to_use_fprop_with_loss():
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 2, schedule=ScheduleKind.ZB_H1)
+  with pytest.raises(ValueError, match='call FPropWithLoss'):
+    pipe.FProp(pipe.theta, tf.ones(shape))
+
+
+def test_loops_refuse_what_they_cannot_run_at_build():
+  layers, shape = models.FfnLayers()
+  with pytest.raises(ValueError, match='loop_min_micro_batches=0'):
+    models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1,
+                    loop_min_micro_batches=2)
