@@ -33,7 +33,7 @@ flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
 flags.DEFINE_bool('remat_last_micro_batch', False, 'With --remat=per_cell, '
                   "recompute each cell's last micro-batch too (PipeliningLayer's "
                   'remat_last_micro_batch).')
-flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved'],
+flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v'],
                   'The pipeline schedule (ScheduleKind value); other than gpipe, '
                   'the step computes the loss inside the pipeline (FPropWithLoss).')
 flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '

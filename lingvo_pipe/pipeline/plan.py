@@ -133,7 +133,7 @@ def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,
     v = _CellsPerDevice(name, spec, cells_per_device)
     if num_cells % v:
       raise ValueError(f'PipeliningLayer {name!r}: {num_cells} cells do not '
-                       f'make {v} cells on each device ({spec.name}); set '
+                       f'make cells_per_device={v} cells on each device ({spec.name}); set '
                        f'num_partitions to a multiple of {v} (K*v cells).')
     num_devices = num_cells // v
     cell_devices = built_in.Build(spec, num_devices, 2 * num_devices, v).cell_devices

@@ -132,7 +132,7 @@ def test_eval_mode_loss_is_the_sum_of_micro_batch_losses():
     (dict(num_partitions=6, num_micro_batches=4, schedule=ScheduleKind.INTERLEAVED,
           cells_per_device=4), '6 cells do not make cells_per_device=4'),
     (dict(num_partitions=4, num_micro_batches=4, schedule=ONE_F, cells_per_device=2),
-     'ONE_F_ONE_B runs one cell per device'),
+     'ONE_F_ONE_B runs 1 cell(s) per device'),
 ])
 def test_bad_schedule_shapes_fail_at_build(kwargs, match):
   layers, shape = models.FfnLayers()
