@@ -165,8 +165,8 @@ def Run(workload_name: str) -> dict:
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
-    tasks = None if FLAGS.schedule == 'gpipe' else schedule.Tasks(
-        schedule.ScheduleKind(FLAGS.schedule), FLAGS.k, FLAGS.m, FLAGS.cells_per_device)
+    tasks = None if FLAGS.schedule == 'gpipe' else schedule.FromActions(
+        model.plan.Actions(FLAGS.m))
     result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
   return result
 

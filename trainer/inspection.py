@@ -21,6 +21,7 @@ from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import micro_batch
+from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline import schedule
 
@@ -120,12 +121,6 @@ def _NumMicroBatches(p: hyperparams.Params) -> Optional[int]:
   return micro_batch.NumMicroBatches(p, batch)
 
 
-def _Bubble(p: hyperparams.Params, num_devices: int, num_micro: int) -> float:
-  """The idle share of p's schedule (its unit-time table)."""
-  return schedule.MeasuredBubble(schedule.Tasks(p.schedule, num_devices, num_micro,
-                                                p.cells_per_device))
-
-
 def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[int],
                   budget_bytes: int, optimizer_slots: int,
                   runnable: Sequence[schedule.ScheduleKind]) -> List[str]:
@@ -133,9 +128,7 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
   every remat, the schedules in runnable."""
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
-  # Replicas run the GPIPE schedule only (gpipe._NumDevices).
-  schedules = [(kind, v) for kind, v in PLANNED_SCHEDULES if kind in runnable and
-               (p.num_replicas == 1 or kind == schedule.ScheduleKind.GPIPE)]
+  schedules = [(kind, v) for kind, v in PLANNED_SCHEDULES if kind in runnable]
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
@@ -177,22 +170,18 @@ def _ReplicaInputShapes(p: hyperparams.Params) -> List[Any]:
   return out
 
 
-def _Places(p: hyperparams.Params, num_devices: int, num_cells: int,
-            cluster_tasks: int) -> device_mapping.Places:
-  """[replica][cell] devices of pipeline params `p`, as a run would place
-  them (cell k on its replica's device k mod num_devices): p.devices, else
-  the worker tasks' or logical CPU devices."""
+def _Plan(p: hyperparams.Params, num_cells: int, cluster_tasks: int) -> plan_lib.Plan:
+  """The plan of pipeline params `p`, its devices as a run would place
+  them: p.devices, else the worker tasks' or logical CPU devices."""
   if p.devices:
     devices = [cluster.Device.Parse(d) for d in p.devices]
   elif cluster_tasks:
     devices = cluster.WorkerDevices(cluster_tasks)
   else:
     devices = [cluster.Device(cluster.DeviceType.CPU, j) for j in range(
-        device_mapping.NumDevicesNeeded(num_devices, p.num_replicas,
+        device_mapping.NumDevicesNeeded(num_cells, p.num_replicas,
                                         p.consecutive_cells_per_device))]
-  rows = device_mapping.PlaceReplicas(num_devices, p.num_replicas, devices,
-                                      p.consecutive_cells_per_device, check_exists=False)
-  return [[row[k % num_devices] for k in range(num_cells)] for row in rows]
+  return plan_lib.FromParams(p, num_cells, devices, check_devices=False)
 
 
 def ModelPlan(task_params: hyperparams.Params,
@@ -212,17 +201,17 @@ def ModelPlan(task_params: hyperparams.Params,
   pipelines = BuiltPipelines(task) if task is not None else list(_Pipelines(task_params))
   for path, p, owner in pipelines:
     cells = gpipe.CellParams(p)
-    num_devices = len(cells) // max(p.cells_per_device, 1)
-    places = _Places(p, num_devices, len(cells), cluster_tasks)
+    resolved = _Plan(p, len(cells), cluster_tasks)
+    num_devices, places = resolved.num_devices, resolved.replica_devices
     num_micro = _NumMicroBatches(p)
     bubble = ('unknown (micro_batch_size needs input_shapes)' if num_micro is None
-              else f'{_Bubble(p, num_devices, num_micro):.1%}')
+              else f'{resolved.UnitBubble(num_micro):.1%}')
     replicas = (f', R={p.num_replicas} replicas of 1/{p.num_replicas} of the '
                 'batch each (variables and updates on replica 0)'
                 if p.num_replicas > 1 else '')
     lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
                  f'micro-batches{replicas}, remat {p.remat.name}, schedule '
-                 f'{p.schedule.name}, bubble {bubble}')
+                 f'{"text" if p.schedule_text else p.schedule.name}, bubble {bubble}')
     lines.append(f'  {"cell":<5} {"device":<42} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
     shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])

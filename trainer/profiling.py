@@ -54,10 +54,10 @@ def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
   for module in task.submodules:
     if isinstance(module, gpipe.PipeliningLayer):
       p = module.params
-      if p.schedule == schedule.ScheduleKind.GPIPE or p.micro_batch_size:
+      if (p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text) or (
+          p.micro_batch_size):
         return None
-      return schedule.Tasks(p.schedule, module.num_devices, p.num_micro_batches,
-                            p.cells_per_device)
+      return schedule.FromActions(module.plan.Actions(p.num_micro_batches))
   return None
 
 

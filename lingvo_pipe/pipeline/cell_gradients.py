@@ -97,20 +97,21 @@ class CellGradients:
 
   def StartLoopStep(self, num_micro: int) -> None:
     """Starts a step whose `num_micro` backwards are one backward function
-    called in a loop (tick_loop, scheduled_loop): every backward adds
+    called in a loop (loop_executor): every backward adds
     (GradSink.ADD). Trace the backward, then ZeroAccumulators."""
     self.StartStep(num_micro)
     self._num_micro = max(num_micro, 2)  # accumulated, never returned
     self._backwards = 1
 
-  def ZeroAccumulators(self, theta: NestedMap) -> None:
+  def ZeroAccumulators(self, theta: NestedMap, every: bool = False) -> None:
     """Sets to zero, for a loop step, the accumulators its backwards add
     to: not those of weights whose gradient is all deferred (known once a
-    backward is traced), which thus take no memory, as in an unrolled step."""
+    backward is traced), which thus take no memory, as in an unrolled step;
+    all of them if `every` (a split backward's W's add to them too)."""
     weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
     with tf.device(self._device):
       for i, (acc, w) in enumerate(zip(self._accumulators, weights)):
-        if i not in self._deferred_only:
+        if every or i not in self._deferred_only:
           acc.assign(tf.zeros(tf.shape(w), acc.dtype))
           self._written.add(i)
 

@@ -38,7 +38,6 @@ from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
-from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 
@@ -92,11 +91,22 @@ def MicroTheta(theta: NestedMap, first_example: Any) -> NestedMap:
   copies of the cells' functions, which doubles the first step
   (docs/benchmarks/profiles.md, 'Figures behind the code').
   """
-  seed = tick_loop.MicroSeed(theta, first_example)
+  seed = MicroSeed(theta, first_example)
   if seed is None:
     return theta
   return base_layer.WithStepSeed(
       theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
+
+
+def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
+  """The step seed [s0, first_example] of a micro-batch whose first example
+  has index `first_example` in the global batch (base_layer.WithStepSeed);
+  None if no layer of theta uses a step seed."""
+  seeds = [v for k, v in theta.FlattenItems()
+           if k.split('.')[-1] == base_layer.STEP_SEED_KEY]
+  if not seeds:
+    return None
+  return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])
 
 
 def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple
@@ -146,7 +156,7 @@ class Executor:
     self._training = training
     self._decisions = plan.Decisions(self._num_micro) if training else {}
     self._thetas = [list(thetas)] + [
-        _Copy(thetas, [d.name for d in row]) for row in plan.replica_devices[1:]]
+        CopyThetas(thetas, [d.name for d in row]) for row in plan.replica_devices[1:]]
     self._order = plan.Order(self._num_micro)
     self._forwards: Dict[Tuple[int, int, int], _Forward] = {}
     self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
@@ -162,27 +172,32 @@ class Executor:
 
   # --- phases ----------------------------------------------------------------
 
-  def Forwards(self) -> None:
-    """Runs every F, in order."""
+  def Forwards(self) -> List[List[tuple]]:
+    """Runs every F, in order: [replica][micro-batch] the last cell's
+    outputs."""
     self._Emit([a for a in self._order if a.kind == ActionKind.F])
+    return self.last_outputs
 
-  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> None:
+  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> StepResult:
     """Runs every action but the F's, in order, from [replica][micro-batch]
-    the gradients of the last cell's flat outputs."""
+    the gradients of the last cell's flat outputs: the StepResult."""
     last = self._plan.num_cells - 1
     for r, per_micro in enumerate(output_grads):
       for m, dys in enumerate(per_micro):
         self._output_grads[(r, last, m)] = list(dys)
     self._StartBackwards()
     self._Emit([a for a in self._order if a.kind != ActionKind.F])
+    return self._Result()
 
-  def Run(self) -> None:
-    """Runs every action, in order (the loss inside the pipeline)."""
+  def Run(self) -> StepResult:
+    """Runs every action, in order (the loss inside the pipeline): the
+    StepResult."""
     self._StartBackwards()
     self._Emit(self._order)
+    return self._Result()
 
-  def Result(self) -> StepResult:
-    """The step's results, replicas added (after Backwards or Run)."""
+  def _Result(self) -> StepResult:
+    """The step's results, replicas added."""
     plan = self._plan
     grads = []
     for r in range(plan.num_replicas):
@@ -194,7 +209,7 @@ class Executor:
           per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
       grads.append(per_cell)
     return StepResult(self.Loss(), self.last_outputs, self.input_grads,
-                      _SumOverReplicas(grads, plan.devices), self.Updates())
+                      SumOverReplicas(grads, plan.devices), self.Updates())
 
   def Loss(self) -> Optional[tf.Tensor]:
     """The sum of the micro-batch losses on the last cell's device (None
@@ -217,12 +232,12 @@ class Executor:
       summed = []
       for c, device in enumerate(row):
         with tf.device(device.name):
-          summed.append(_AddN(self._updates[r][c]))
+          summed.append(AddN(self._updates[r][c]))
       per_replica.append(summed)
     summed = []
     for c, device in enumerate(self._plan.devices):
       with tf.device(device.name):
-        summed.append(_AddN([u[c] for u in per_replica]))
+        summed.append(AddN([u[c] for u in per_replica]))
     return summed
 
   # --- actions ---------------------------------------------------------------
@@ -310,11 +325,12 @@ class Executor:
         self._SetPrevious(r, c, self._runners[r][c].WeightBackward(factors))
 
 
-def _AddN(nests: Sequence[Any]) -> Any:
+def AddN(nests: Sequence[Any]) -> Any:
+  """The sum of nests of one structure, entry by entry."""
   return tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)), *nests)
 
 
-def _Copy(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap]:
+def CopyThetas(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap]:
   """Each cell's theta copied onto `devices[c]` (a replica's own copy)."""
   copies = []
   for theta, device in zip(thetas, devices):
@@ -323,7 +339,7 @@ def _Copy(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap
   return copies
 
 
-def _SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
+def SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
                      devices: Sequence[Any]) -> List[List[Any]]:
   """Per cell its flat theta gradients added over replicas on its variable
   device (replica 0's); None stays None."""

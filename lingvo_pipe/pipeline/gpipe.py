@@ -8,9 +8,8 @@ forward of the schedule (fill), its gradient function the rest (drain), so
 it runs schedules whose devices finish their forwards first (fill-drain).
 FPropWithLoss takes a per-micro-batch loss function and runs forwards,
 losses and backwards of any schedule (1F1B, interleaved, zero bubble, or
-a text) in one go. With M >= p.loop_min_micro_batches the step is instead
-a while loop over clocks (tick_loop for FProp, scheduled_loop for
-FPropWithLoss). Batch-norm statistics are summed over micro-batches and
+a text) in one go. With M >= p.loop_min_micro_batches the same actions run
+as one while loop over clocks (loop_executor). Batch-norm statistics are summed over micro-batches and
 applied once per step.
 """
 
@@ -30,13 +29,12 @@ from lingvo_pipe.pipeline import cells
 from lingvo_pipe.pipeline.cells import CellParams
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import executor
+from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
-from lingvo_pipe.pipeline import scheduled_loop
-from lingvo_pipe.pipeline import tick_loop
 from lingvo_pipe.pipeline.remat import RematPolicy
 
 
@@ -118,12 +116,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
              "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
-    p.Define('loop_min_micro_batches', 0, 'Train with M >= this as a '
-             'tf.while_loop over clock ticks: a step graph of at most 2 '
-             'calls per cell whatever M. FProp (GPIPE) runs tick_loop, every '
-             'micro-batch recomputed; FPropWithLoss (any schedule) runs '
-             "scheduled_loop, which keeps only the last cell's micro-batches "
-             'that remat keeps. 0: never, always the unrolled emission.')
+    p.Define('loop_min_micro_batches', 0, 'Train with M >= this as one '
+             'tf.while_loop over clocks (loop_executor): a step graph of a '
+             'few calls per cell whatever M, for every schedule and replicas; '
+             "every micro-batch recomputed but the last cell's that remat "
+             'keeps. 0: never, always the unrolled emission (executor).')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
@@ -150,12 +147,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     self._contract = micro_batch.Contract.FromParams(p)
     self._CheckMicroBatching(cell_params)
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
-    resolved = plan_lib.Make(p.name, p.schedule_text or p.schedule, len(cell_params), p.cells_per_device,
-                             p.num_replicas, devices, p.consecutive_cells_per_device,
-                             p.remat, p.remat_last_micro_batch)
+    resolved = plan_lib.FromParams(p, len(cell_params), devices)
     if not p.micro_batch_size:
       resolved.Actions(p.num_micro_batches)  # M against the schedule, at build
-    _CheckLoops(p)
     self.__dict__['plan'] = resolved
     self.num_devices = resolved.num_devices
     self.num_cells = resolved.num_cells
@@ -212,8 +206,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     if base_layer.IsEvalMode():
       run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False)
-      run.Forwards()
-      return containers.UnwrapSingle(self._Outputs(run.last_outputs, slices))
+      return containers.UnwrapSingle(self._Outputs(run.Forwards(), slices))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
           f'PipeliningLayer {self.params.name!r}: schedule '
@@ -221,8 +214,6 @@ class PipeliningLayer(base_layer.BaseLayer):
           'forward, so it trains with the loss inside the pipeline: call '
           'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
           'ScheduleKind.GPIPE.')
-    if tick_loop.Applicable(num_micro, self.params.loop_min_micro_batches):
-      return containers.UnwrapSingle(tuple(self._TrainTickLoop(thetas, inputs, num_micro)))
     return containers.UnwrapSingle(self._Train(thetas, inputs, num_micro))
 
   def FPropWithLoss(self, theta: NestedMap, loss_fn: executor.MicroLossFn,
@@ -250,8 +241,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     if base_layer.IsEvalMode():
       run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False, loss_fn=loss_fn)
-      run.Forwards()
-      return run.Loss(), containers.UnwrapSingle(self._Outputs(run.last_outputs, slices))
+      last_outputs = run.Forwards()
+      return run.Loss(), containers.UnwrapSingle(self._Outputs(last_outputs, slices))
     loss, outputs = self._TrainWithLoss(thetas, inputs, num_micro, loss_fn)
     return loss, containers.UnwrapSingle(outputs)
 
@@ -282,10 +273,12 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _Executor(self, thetas: List[NestedMap], inputs: tuple, num_micro: int,
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
-                ) -> Tuple[executor.Executor, List[tuple]]:
-    """The step's Executor and the replicas' slices of the inputs: the
+                ) -> Tuple[Any, List[tuple]]:
+    """The step's executor and the replicas' slices of the inputs (the
     batch cut into R slices, each into M micro-batches on its replica's
-    first device."""
+    first device). The one place that chooses the emission: a loop over
+    clocks (loop_executor) for training with M >= p.loop_min_micro_batches,
+    else unrolled (executor)."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     num_replicas = resolved.num_replicas
     slices = self._contract.SplitInputs(inputs, num_replicas) if num_replicas > 1 else [inputs]
@@ -294,9 +287,11 @@ class PipeliningLayer(base_layer.BaseLayer):
       with tf.device(row[0].name):
         micro.append(self._contract.SplitInputs(slices[r], num_micro))
     micro_size = self._contract.InputLayout(micro[0][0]).batch_size
-    run = executor.Executor(resolved, self._replica_runners, thetas, micro,
-                            micro_size, training, loss_fn)
-    return run, slices
+    if training and resolved.Loops(num_micro):
+      return loop_executor.LoopExecutor(resolved, self._replica_runners, thetas, micro,
+                                        micro_size, loss_fn), slices
+    return executor.Executor(resolved, self._replica_runners, thetas, micro,
+                             micro_size, training, loss_fn), slices
 
   def _Outputs(self, last_outputs: List[List[tuple]], slices: List[tuple]) -> tuple:
     """The last cell's outputs of the whole batch."""
@@ -333,16 +328,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     def Pipeline(step_inputs, cell_thetas):
       run, slices = self._Executor(self._ComputeThetas(cell_thetas), step_inputs,
                                    num_micro, training=True)
-      run.Forwards()
-      outputs = self._Outputs(run.last_outputs, slices)
+      last_outputs = run.Forwards()
+      outputs = self._Outputs(last_outputs, slices)
       self._ApplyCellUpdates(run.Updates())
       flat_out = tf.nest.flatten(outputs)
 
       def Grad(*dys, variables=None):
         del variables  # the pipeline reads no variables; theta is passed in
         dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
-        run.Backwards(self._OutputGrads(run.last_outputs, dys))
-        result = run.Result()
+        result = run.Backwards(self._OutputGrads(last_outputs, dys))
         return (self._InputGrads(result.input_grads, slices) +
                 [g for cell in result.theta_grads for g in cell])
 
@@ -365,70 +359,20 @@ class PipeliningLayer(base_layer.BaseLayer):
             last_outputs[r][0], per_replica[r], num_micro))
     return split
 
-  def _TrainTickLoop(self, thetas: List[NestedMap], inputs: tuple,
-                     num_micro: int) -> tuple:
-    """_Train as two tf.while_loops over clock ticks (tick_loop)."""
-    first, last = self.devices[0].name, self.devices[-1].name
-
-    @tf.custom_gradient
-    def Pipeline(step_inputs, cell_thetas):
-      with tf.device(first):
-        micro = self._contract.SplitInputs(step_inputs, num_micro)
-      micro_size = self._contract.InputLayout(micro[0]).batch_size
-      loop = tick_loop.TickLoop(self._runners, self._ComputeThetas(cell_thetas), micro,
-                                micro_size,
-                                self.params.remat)
-      last_outputs, stash, summed = loop.Forward()
-      per_micro = loop.LastOutputs(last_outputs)
-      with tf.device(last):
-        outputs = self._contract.MergeOutputs(per_micro, micro_size)
-      self._ApplyCellUpdates(summed)
-      flat_out = tf.nest.flatten(outputs)
-
-      def Grad(*dys, variables=None):
-        del variables  # the pipeline reads no variables; theta is passed in
-        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
-        with tf.device(last):
-          micro_dys = self._contract.SplitOutputGrads(per_micro[0], dys, num_micro)
-        input_grads = loop.Backward(stash, micro_dys)
-        with tf.device(first):
-          d_inputs = self._contract.MergeInputGrads(micro[0], input_grads)
-        return d_inputs + [g for k, runner in enumerate(self._runners)
-                           for g in runner.gradients.StepGradients(cell_thetas[k])]
-
-      return outputs, Grad
-
-    return Pipeline(inputs, thetas)
-
   def _TrainWithLoss(self, thetas: List[NestedMap], inputs: tuple,
                      num_micro: int, loss_fn: executor.MicroLossFn
                      ) -> Tuple[tf.Tensor, tuple]:
     """The training step of p.schedule with the loss inside: forwards,
     losses and backwards all run in the forward of one tf.custom_gradient,
     whose gradient scales the stored gradients by the loss's upstream
-    gradient. Emitted action by action (executor), or with M >=
-    p.loop_min_micro_batches as one loop over the clocks (scheduled_loop)."""
-    p = self.params
+    gradient."""
     devices = [d.name for d in self.devices]
 
     @tf.custom_gradient
     def Pipeline(step_inputs, cell_thetas):
-      compute_thetas = self._ComputeThetas(cell_thetas)
-      if tick_loop.Applicable(num_micro, p.loop_min_micro_batches):
-        with tf.device(devices[0]):
-          micro = self._contract.SplitInputs(step_inputs, num_micro)
-        slices = [step_inputs]
-        tasks = schedule.Tasks(p.schedule, self.num_devices, num_micro,
-                               p.cells_per_device)
-        result = scheduled_loop.ScheduledLoop(
-            self._runners, devices[:self.num_devices], tasks, compute_thetas, micro,
-            self._contract.InputLayout(micro[0]).batch_size, p.remat,
-            p.remat_last_micro_batch, loss_fn).Run()
-      else:
-        run, slices = self._Executor(compute_thetas, step_inputs, num_micro,
-                                     training=True, loss_fn=loss_fn)
-        run.Run()
-        result = run.Result()
+      run, slices = self._Executor(self._ComputeThetas(cell_thetas), step_inputs,
+                                   num_micro, training=True, loss_fn=loss_fn)
+      result = run.Run()
       outputs = self._Outputs(result.last_outputs, slices)
       d_inputs = self._InputGrads(result.input_grads, slices)
       self._ApplyCellUpdates(result.updates)
@@ -464,21 +408,6 @@ def _Scale(grads: Sequence[Any], scale: tf.Tensor, device: str) -> List[Any]:
 
 def _Name(p: hyperparams.Params) -> str:
   return 'schedule_text' if p.schedule_text else p.schedule.name
-
-
-def _CheckLoops(p: hyperparams.Params) -> None:
-  """Raises ValueError where the loop emission cannot run the pipeline."""
-  if not p.loop_min_micro_batches:
-    return
-  loops = (schedule.ScheduleKind.GPIPE, schedule.ScheduleKind.ONE_F_ONE_B,
-           schedule.ScheduleKind.INTERLEAVED)
-  if p.num_replicas > 1 or p.schedule_text or p.schedule not in loops:
-    raise ValueError(
-        f'PipeliningLayer {p.name!r}: loop_min_micro_batches='
-        f'{p.loop_min_micro_batches} runs {[k.name for k in loops]} with one '
-        f'replica, not {_Name(p)} with num_replicas='
-        f'{p.num_replicas}; set loop_min_micro_batches=0 (the unrolled '
-        'emission runs every schedule and replicas).')
 
 
 def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], shapes: tuple) -> Any:

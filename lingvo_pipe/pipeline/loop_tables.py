@@ -32,8 +32,6 @@ from lingvo_pipe.pipeline.schedules.actions import ActionKind
 F, X, W, KEPT = 0, 1, 2, 3  # a branch's kind
 KINDS = 4
 _Key = Tuple[int, int, int]  # (kind F, X or W, cell, micro-batch)
-_UNIT = simulate.Costs(forward=1.0, backward_input=1.0, backward_weight=1.0,
-                       backward=1.0)
 
 
 def RingDepth(writes: Sequence[int], last_reads: Sequence[int]) -> int:
@@ -110,7 +108,7 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
   """
   num_cells, num_micro = schedule.num_cells, schedule.num_micro_batches
   last = num_cells - 1
-  timeline = simulate.Simulate(schedule, _UNIT).timeline
+  timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
   clocks: Dict[_Key, int] = {}
   kinds = {ActionKind.F: F, ActionKind.B: X, ActionKind.I: X, ActionKind.W: W}
   backward_kinds: Dict[int, set] = {c: set() for c in range(num_cells)}

@@ -11,7 +11,7 @@ inspection read it; nobody derives these again.
 
 import dataclasses
 import functools
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
@@ -40,6 +40,7 @@ class Plan:
     replica_devices: [replica][cell] the device of each cell of each replica.
     policy: the RematPolicy.
     remat_last_micro_batch: p.remat_last_micro_batch.
+    loop_min_micro_batches: train as a loop over clocks from this M (0: never).
   """
   name: str
   spec: ScheduleSpec
@@ -50,6 +51,7 @@ class Plan:
   replica_devices: Tuple[Tuple[cluster.Device, ...], ...]
   policy: remat.RematPolicy
   remat_last_micro_batch: bool
+  loop_min_micro_batches: int = 0
 
   @property
   def num_replicas(self) -> int:
@@ -59,6 +61,16 @@ class Plan:
   def devices(self) -> Tuple[cluster.Device, ...]:
     """Replica 0's device of each cell (where the variables live)."""
     return self.replica_devices[0]
+
+  def Loops(self, num_micro: int) -> bool:
+    """Whether a training step of M=num_micro runs as a loop over clocks:
+    M >= loop_min_micro_batches > 0, and M > 1 (with one micro-batch the
+    unrolled step is as small)."""
+    return 0 < self.loop_min_micro_batches <= num_micro and num_micro > 1
+
+  def UnitBubble(self, num_micro: int) -> float:
+    """The idle share of the step with every action one clock long."""
+    return simulate.Simulate(self.Actions(num_micro), simulate.UNIT_COSTS).bubble_fraction
 
   def ReplicaZero(self) -> 'Plan':
     """This plan with replica 0 alone (evaluation)."""
@@ -116,13 +128,26 @@ class Plan:
                for a in row)
 
 
+def FromParams(p: Any, num_cells: int,
+               devices: Optional[Sequence[cluster.Device]] = None,
+               check_devices: bool = True) -> Plan:
+  """The Plan of PipeliningLayer params `p` for `num_cells` cells on
+  `devices` (None: device_mapping.DefaultDevices); with check_devices
+  local devices must exist in this process."""
+  return Make(p.name, p.schedule_text or p.schedule, num_cells, p.cells_per_device,
+              p.num_replicas, devices, p.consecutive_cells_per_device, p.remat,
+              p.remat_last_micro_batch, p.loop_min_micro_batches, check_devices)
+
+
 def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,
          num_replicas: int, devices: Optional[Sequence[cluster.Device]],
          consecutive_cells_per_device: int, policy: remat.RematPolicy,
-         remat_last_micro_batch: bool) -> Plan:
+         remat_last_micro_batch: bool, loop_min_micro_batches: int = 0,
+         check_devices: bool = True) -> Plan:
   """The Plan of a pipeline's params (PipeliningLayer's p.schedule,
   cells_per_device, num_replicas, devices, consecutive_cells_per_device,
-  remat, remat_last_micro_batch) for `num_cells` cells.
+  remat, remat_last_micro_batch, loop_min_micro_batches) for `num_cells`
+  cells.
 
   Raises:
     TypeError: for a schedule that is neither a ScheduleKind nor a text.
@@ -151,10 +176,10 @@ def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,
                     f'ScheduleKind or the text of a schedule, got {spec!r}; '
                     f'one of {[k.name for k in ScheduleKind]}.')
   places = device_mapping.PlaceReplicas(num_devices, num_replicas, devices,
-                                        consecutive_cells_per_device)
+                                        consecutive_cells_per_device, check_devices)
   replica_devices = tuple(tuple(row[d] for d in cell_devices) for row in places)
   return Plan(name, spec, num_cells, num_devices, v, tuple(cell_devices),
-              replica_devices, policy, remat_last_micro_batch)
+              replica_devices, policy, remat_last_micro_batch, loop_min_micro_batches)
 
 
 def _CellsPerDevice(name: str, kind: ScheduleKind, cells_per_device: int) -> int:

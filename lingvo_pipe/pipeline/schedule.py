@@ -1,8 +1,11 @@
-"""Pipeline schedules as pure generators: which cell runs which micro-batch when.
+"""Schedules as tasks on clocks: the view that tables, the timeline and the planner read.
 
-No TensorFlow here: the pipeline emits its graph in the order these give.
-F3 is the forward of micro-batch 3 on a cell, B3 its backward; a clock is
-one task's time (a forward and a backward count the same), '.' is idle.
+The schedules themselves are data (schedules/: per device its actions);
+Tasks gives a schedule's forwards and backwards with the clock each starts
+at when every action takes one clock (simulate), for the clock tables
+below, the timeline's labels and the planner's counts. An I is the
+backward here and a W, which sends nothing on, is left out.
+F3 is the forward of micro-batch 3 on a cell, B3 its backward; '.' is idle.
 
 GPIPE, fill-drain (Huang et al.): every forward, then every backward.
 K=3 devices, M=4 micro-batches:
@@ -46,10 +49,12 @@ after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 
 import dataclasses
 import enum
-from typing import Dict, Iterator, List, Sequence, Set, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
+from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
-
 
 class Phase(enum.Enum):
   FORWARD = 'forward'
@@ -75,58 +80,13 @@ class Task:
     return f'{"F" if self.phase == Phase.FORWARD else "B"}{self.micro_batch}'
 
 
-def _CheckSizes(num_cells: int, num_micro_batches: int) -> None:
+def BubbleFraction(num_cells: int, num_micro_batches: int) -> float:
+  """The idle share of each device in a fill-drain (or 1F1B) schedule."""
   if num_cells < 1 or num_micro_batches < 1:
     raise ValueError(f'A schedule needs num_cells >= 1 and num_micro_batches '
                      f'>= 1; got num_cells={num_cells}, '
                      f'num_micro_batches={num_micro_batches}.')
-
-
-def ForwardClockCycles(num_cells: int,
-                       num_micro_batches: int) -> Iterator[List[Task]]:
-  """Yields, per forward clock cycle of the fill, the tasks that run in it."""
-  _CheckSizes(num_cells, num_micro_batches)
-  for t in range(num_micro_batches + num_cells - 1):
-    yield [Task(t, k, t - k, Phase.FORWARD) for k in range(num_cells)
-           if 0 <= t - k < num_micro_batches]
-
-
-def BackwardClockCycles(num_cells: int,
-                        num_micro_batches: int) -> Iterator[List[Task]]:
-  """Yields, per backward clock cycle of the drain, the tasks that run in it."""
-  _CheckSizes(num_cells, num_micro_batches)
-  last = num_cells - 1
-  for t in range(num_micro_batches + num_cells - 1):
-    tasks = []
-    for k in reversed(range(num_cells)):
-      step = t - (last - k)
-      if 0 <= step < num_micro_batches:
-        tasks.append(Task(t, k, num_micro_batches - 1 - step, Phase.BACKWARD))
-    yield tasks
-
-
-def Schedule(kind: ScheduleKind, num_cells: int,
-             num_micro_batches: int, phase: Phase) -> List[Task]:
-  """All tasks of one phase of the fill-drain schedule, in execution order
-  (the forward and backward of the GPipe step, which run apart)."""
-  if kind != ScheduleKind.GPIPE:
-    raise ValueError(f'Schedule() gives the phases of fill-drain only, got '
-                     f'{kind!r}: for another schedule use Tasks(), which '
-                     'interleaves both phases.')
-  cycles = (ForwardClockCycles if phase == Phase.FORWARD else
-            BackwardClockCycles)(num_cells, num_micro_batches)
-  return [task for cycle in cycles for task in cycle]
-
-
-def BubbleFraction(num_cells: int, num_micro_batches: int) -> float:
-  """The idle share of each device in a fill-drain (or 1F1B) schedule."""
-  _CheckSizes(num_cells, num_micro_batches)
   return (num_cells - 1) / (num_micro_batches + num_cells - 1)
-
-
-# --- both phases, interleaved -------------------------------------------------
-
-_Step = Tuple[Phase, int, int]  # (phase, cell, micro-batch) on one device
 
 
 def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
@@ -136,131 +96,42 @@ def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
   micro-batches."""
   if not isinstance(kind, ScheduleKind):
     raise TypeError(f'kind must be a ScheduleKind, got {kind!r}.')
-  _CheckSizes(num_devices, num_micro_batches)
-  if cells_per_device < 1:
-    raise ValueError(f'cells_per_device must be >= 1, got {cells_per_device}.')
-  if kind == ScheduleKind.INTERLEAVED:
-    if num_micro_batches % num_devices:
-      raise ValueError(
-          f'The interleaved schedule runs micro-batches in groups of K: '
-          f'num_micro_batches={num_micro_batches} must be a multiple of the '
-          f'number of devices K={num_devices}; use M='
-          f'{num_micro_batches + (-num_micro_batches) % num_devices}.')
-  elif cells_per_device != 1:
-    raise ValueError(f'{kind.name} runs one cell per device, got '
-                     f'cells_per_device={cells_per_device}; use '
-                     'ScheduleKind.INTERLEAVED for several.')
+  if kind == ScheduleKind.INTERLEAVED and num_micro_batches % num_devices:
+    raise ValueError(
+        f'The interleaved schedule runs micro-batches in groups of K: '
+        f'num_micro_batches={num_micro_batches} must be a multiple of the '
+        f'number of devices K={num_devices}; use M='
+        f'{num_micro_batches + (-num_micro_batches) % num_devices}.')
+  built_in.Build(kind, num_devices, num_micro_batches, _V(kind, cells_per_device))
 
 
-def _GPipeOrder(device: int, num_micro: int) -> List[_Step]:
-  return ([(Phase.FORWARD, device, m) for m in range(num_micro)] +
-          [(Phase.BACKWARD, device, m) for m in reversed(range(num_micro))])
-
-
-def _OneFOneBOrder(forwards: Sequence[Tuple[int, int]],
-                   backwards: Sequence[Tuple[int, int]],
-                   warm_up: int) -> List[_Step]:
-  """`warm_up` forwards, then one forward and one backward in turn, then
-  the remaining backwards; forwards and backwards as (cell, micro-batch)."""
-  warm_up = min(warm_up, len(forwards))
-  order = [(Phase.FORWARD, c, m) for c, m in forwards[:warm_up]]
-  for i, (c, m) in enumerate(forwards[warm_up:]):
-    order.append((Phase.FORWARD, c, m))
-    order.append((Phase.BACKWARD,) + tuple(backwards[i]))  # type: ignore
-  order += [(Phase.BACKWARD, c, m)
-            for c, m in backwards[len(forwards) - warm_up:]]
-  return order
-
-
-def _InterleavedOrder(device: int, num_devices: int, num_micro: int,
-                      cells_per_device: int) -> List[_Step]:
-  """Megatron-LM's order: the i-th forward of a device is micro-batch
-  (i // Kv) K + i % K on its chunk (i // K) % v; backwards take the chunks
-  in reverse."""
-  k, v = num_devices, cells_per_device
-  group = k * v
-
-  def Step(i: int, backward: bool) -> Tuple[int, int]:
-    chunk = (i // k) % v
-    if backward:
-      chunk = v - 1 - chunk
-    return chunk * k + device, (i // group) * k + i % k
-
-  total = num_micro * v
-  forwards = [Step(i, False) for i in range(total)]
-  backwards = [Step(i, True) for i in range(total)]
-  warm_up = total if num_micro == k and v > 1 else (
-      2 * (k - device - 1) + (v - 1) * k)
-  return _OneFOneBOrder(forwards, backwards, warm_up)
-
-
-def DeviceOrders(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
-                 cells_per_device: int = 1) -> List[List[_Step]]:
-  """Per device, the (phase, cell, micro-batch) it runs, in order."""
-  CheckShape(kind, num_devices, num_micro_batches, cells_per_device)
-  k, m = num_devices, num_micro_batches
-  if kind == ScheduleKind.GPIPE:
-    return [_GPipeOrder(d, m) for d in range(k)]
-  if kind == ScheduleKind.ONE_F_ONE_B:
-    return [_OneFOneBOrder([(d, i) for i in range(m)], [(d, i) for i in range(m)],
-                           k - d - 1) for d in range(k)]
-  return [_InterleavedOrder(d, k, m, cells_per_device) for d in range(k)]
-
-
-def _Clocks(orders: List[List[_Step]], num_cells: int) -> Dict[_Step, int]:
-  """Start clock of every step, running each device's order with unit-time
-  steps, each when its device is free and its inputs are done."""
-  done: Dict[_Step, int] = {}  # step -> clock it ends
-  position = [0] * len(orders)
-  free = [0] * len(orders)
-  remaining = sum(len(o) for o in orders)
-  while remaining:
-    progressed = False
-    for d, order in enumerate(orders):
-      while position[d] < len(order):
-        phase, cell, m = order[position[d]]
-        if phase == Phase.FORWARD:
-          needs = [(Phase.FORWARD, cell - 1, m)] if cell else []
-        else:
-          needs = [(Phase.FORWARD, cell, m)] + (
-              [(Phase.BACKWARD, cell + 1, m)] if cell + 1 < num_cells else [])
-        if any(n not in done for n in needs):
-          break
-        start = max([free[d]] + [done[n] for n in needs])
-        done[order[position[d]]] = start + 1
-        free[d] = start + 1
-        position[d] += 1
-        remaining -= 1
-        progressed = True
-    if not progressed:
-      stuck = {d: order[position[d]] for d, order in enumerate(orders)
-               if position[d] < len(order)}
-      raise ValueError(f'The schedule deadlocks: each device waits, at '
-                       f'{stuck} (device: (phase, cell, micro-batch)).')
-  return {step: end - 1 for step, end in done.items()}
+def FromActions(schedule: actions.Schedule) -> List[Task]:
+  """The forwards and backwards (B or I) of `schedule` with their unit-time
+  clocks, by clock then device."""
+  timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
+  phases = {actions.ActionKind.F: Phase.FORWARD, actions.ActionKind.B: Phase.BACKWARD,
+            actions.ActionKind.I: Phase.BACKWARD}
+  tasks = [Task(int(t.start), t.action.cell, t.action.micro_batch,
+                phases[t.action.kind], t.device)
+           for row in timeline for t in row if t.action.kind in phases]
+  return sorted(tasks, key=lambda t: (t.clock, t.device))
 
 
 def Tasks(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
           cells_per_device: int = 1) -> List[Task]:
-  """Every forward and backward of a training step, in an order the graph
-  can be emitted in: by clock, then device (a task's inputs end at an
-  earlier clock, and each device's tasks come in its schedule's order).
-
-  Args:
-    kind: the ScheduleKind.
-    num_devices: K.
-    num_micro_batches: M (a multiple of K for INTERLEAVED).
-    cells_per_device: v, cells per device (INTERLEAVED only); cell j runs
-      on device j mod K.
+  """Every forward and backward of built-in schedule `kind` (FromActions).
 
   Raises:
     ValueError: for sizes the schedule cannot run (CheckShape).
   """
-  orders = DeviceOrders(kind, num_devices, num_micro_batches, cells_per_device)
-  clocks = _Clocks(orders, num_devices * cells_per_device)
-  tasks = [Task(clocks[step], step[1], step[2], step[0], d)
-           for d, order in enumerate(orders) for step in order]
-  return sorted(tasks, key=lambda t: (t.clock, t.device))
+  CheckShape(kind, num_devices, num_micro_batches, cells_per_device)
+  return FromActions(built_in.Build(kind, num_devices, num_micro_batches,
+                                    _V(kind, cells_per_device)))
+
+
+def _V(kind: ScheduleKind, cells_per_device: int):
+  """v as built_in.Build takes it: None for a schedule's own v (1 given)."""
+  return cells_per_device if kind == ScheduleKind.INTERLEAVED or cells_per_device != 1 else None
 
 
 def ClockTable(tasks: Sequence[Task]) -> str:

@@ -68,6 +68,11 @@ class Costs:
                          'or a single number.')
 
 
+# Every action one clock long: the clock tables (schedule.Tasks) and the
+# loop step's clocks (loop_tables).
+UNIT_COSTS = Costs(forward=1.0, backward_input=1.0, backward_weight=1.0, backward=1.0)
+
+
 def _Pick(value: PerCell, cell: int) -> float:
   return float(value) if isinstance(value, (int, float)) else float(value[cell])
 

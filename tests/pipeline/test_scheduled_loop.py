@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import scheduled_loop
+from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.schedule import ScheduleKind
 
@@ -125,22 +126,22 @@ def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
   ones in flight), not M, whether the last cell's backwards run with their
   forwards (per-cell remat) or at their own clocks; fill-drain's
   activations need all M."""
-  tasks = schedule.Tasks(ONE_F, 4, 16)
-  kept = scheduled_loop.KeptLastMicroBatches(tasks, gpipe.RematPolicy.PER_CELL, False)
-  assert kept == frozenset(range(16))
-  for rings in (scheduled_loop.RingDepths(tasks), scheduled_loop.RingDepths(tasks, kept)):
+  one_f = built_in.Build(ONE_F, 4, 16)
+  kept = loop_tables.Build(one_f, keep_last=True)
+  assert kept.kept == frozenset(range(16))
+  for rings in (loop_tables.Build(one_f, keep_last=False).rings, kept.rings):
     assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
     assert rings.loss_gradients == 1, rings
-  fill_drain = scheduled_loop.RingDepths(schedule.Tasks(ScheduleKind.GPIPE, 4, 16))
+  fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False).rings
   assert fill_drain.activations == [16] * 3, fill_drain
 
 
 def test_ring_depth_is_the_smallest_without_overwrite():
   # Micro-batch m written at clock m, last read at clock m + 2: the write
   # of m + 3 (clock m + 3) is the first after it.
-  assert scheduled_loop.RingDepth([0, 1, 2, 3, 4], [2, 3, 4, 5, 6]) == 3
-  assert scheduled_loop.RingDepth([0, 2, 4], [1, 3, 5]) == 1
-  assert scheduled_loop.RingDepth([0, 1], [5, 6]) == 2
+  assert loop_tables.RingDepth([0, 1, 2, 3, 4], [2, 3, 4, 5, 6]) == 3
+  assert loop_tables.RingDepth([0, 2, 4], [1, 3, 5]) == 1
+  assert loop_tables.RingDepth([0, 1], [5, 6]) == 2
 
 
 @pytest.mark.parametrize('kind,k,v,m', [

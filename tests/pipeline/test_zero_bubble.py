@@ -122,8 +122,30 @@ def test_fprop_of_a_zero_bubble_pipeline_says_to_use_fprop_with_loss():
     pipe.FProp(pipe.theta, tf.ones(shape))
 
 
-def test_loops_refuse_what_they_cannot_run_at_build():
-  layers, shape = models.FfnLayers()
-  with pytest.raises(ValueError, match='loop_min_micro_batches=0'):
-    models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1,
-                    loop_min_micro_batches=2)
+@pytest.mark.parametrize('kind', [ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B,
+                                  ScheduleKind.ZB_H1, ScheduleKind.ZB_H2])
+def test_loop_runs_every_schedule(kind):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckLayers(layers, shape, 3, 4, batch=12, schedule=kind, loop_min_micro_batches=2)
+
+
+def test_loop_runs_zb_v():
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  _CheckLayers(layers, shape, 4, 3, batch=12, schedule=ScheduleKind.ZB_V,
+               loop_min_micro_batches=2)
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.GPIPE, ScheduleKind.ZB_H1])
+def test_loop_runs_replicas(kind):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe = models.Pipeline(layers, shape, 2, 2, schedule=kind, num_replicas=2,
+                         loop_min_micro_batches=2)
+  _Check(pipe, (tf.random.stateless_normal(shape, [2, 2]),), 4)
+
+
+def test_fprop_loop_with_batch_norm():
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=2)
+  x = tf.random.stateless_normal(shape, [2, 4])
+  ref = transparency.CheckTransparent(pipe, (x,), 4)
+  transparency.CheckMovingAverages(pipe, ref.bn_inputs)

@@ -117,8 +117,8 @@ class GPipeTransformerStack(PipelinedModel):
   NestedMap(logits, per_token_loss, weights, loss).
   """
 
-  # Trains every schedule: FProp runs the non-GPIPE ones through
-  # FPropWithLoss (read by the trainer's inspect_model planner).
+  # Trains every schedule: FProp runs the pipeline through FPropWithLoss
+  # (read by the trainer's inspect_model planner).
   PIPELINE_SCHEDULES = tuple(ScheduleKind)
 
   @classmethod
@@ -158,15 +158,11 @@ class GPipeTransformerStack(PipelinedModel):
 
   def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
             labels: tf.Tensor) -> NestedMap:
-    if self.params.pipeline.schedule == ScheduleKind.GPIPE:
-      logits, per_token, weights = self.pipeline.FProp(theta.pipeline, ids, paddings,
-                                                       labels)
-      loss = WeightedLoss(per_token, weights)
-    else:  # 1F1B, interleaved: the loss inside the pipeline, per micro-batch
-      norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
-      loss, (logits, per_token, weights) = self.pipeline.FPropWithLoss(
-          theta.pipeline, lambda out: tf.reduce_sum(out[1] * out[2]) / norm,
-          ids, paddings, labels)
+    # The loss inside the pipeline, per micro-batch: any schedule runs it.
+    norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
+    loss, (logits, per_token, weights) = self.pipeline.FPropWithLoss(
+        theta.pipeline, lambda out: tf.reduce_sum(out[1] * out[2]) / norm,
+        ids, paddings, labels)
     return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
                      loss=loss)
 

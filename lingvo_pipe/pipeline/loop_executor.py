@@ -1,0 +1,445 @@
+"""The executor as one tf.while_loop over clocks: any schedule, every replica, a graph that does not grow with M.
+
+The unrolled executor emits every action: 2-3 calls per (cell,
+micro-batch), and the time to the first step grows with them. Here one
+loop runs the clocks of loop_tables: per clock each device of each replica
+runs a tf.switch_case over its cells' F, X (B or I), W and KEPT branches,
+so the step holds a few calls per cell whatever M is. A lane is one cell of
+one replica (lane r*C + c); replica r reads copies of the variables on its
+own devices, and its gradients are added to replica 0's after the loop.
+
+Arrays per lane carry what crosses between clocks (loop_tables' rings):
+activations, gradients, the last cell's outputs and loss gradients, the
+input gradients, and each micro-batch's deferred factor pairs. Every array
+is written every clock, at a spare slot when nothing is written there, so
+no write needs a condition; reads see the arrays as they were at the start
+of the clock. Weight gradients are added into the cells' accumulators
+(CellGradients.StartLoopStep, then ZeroAccumulators once a probe trace
+says which weights defer wholly). A B's factor pairs leave the loop and
+each weight takes one product after it; an I's wait in their array for
+its W, which adds their product at its clock.
+
+Every micro-batch is recomputed in its backward (remat PER_LAYER per
+layer, every other policy the cell whole) except the last cell's KEPT
+ones. With the loss inside (Run) the last cell's F also computes its
+micro-batch's loss and output gradients; with the loss outside
+(Forwards, then Backwards with the gradients of the outputs) the step is
+two loops, the forwards' clocks and then the rest. The loss function is
+traced once: it must be a function of its micro-batch's outputs (and of
+tensors computed before the pipeline).
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import executor
+from lingvo_pipe.pipeline import loop_arrays
+from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline.loop_tables import F, KEPT, KINDS, W, X
+
+
+class LoopExecutor:
+  """A step of a plan's actions as one loop over clocks (module docstring).
+
+  Args:
+    plan: the pipeline's Plan.
+    runners: [replica][cell] the CellRunners.
+    thetas: per cell its theta in the compute dtype, on replica 0's devices.
+    micro_inputs: [replica][micro-batch] the pipeline's inputs.
+    micro_size: examples per micro-batch (dropout masks index examples).
+    loss_fn: the per-micro-batch loss (Run), or None (Forwards, Backwards).
+  """
+
+  def __init__(self, plan: plan_lib.Plan,
+               runners: Sequence[Sequence[cell_runner.CellRunner]],
+               thetas: Sequence[NestedMap], micro_inputs: Sequence[Sequence[tuple]],
+               micro_size: int, loss_fn: Optional[executor.MicroLossFn] = None) -> None:
+    self._plan = plan
+    self._num_micro = num_micro = len(micro_inputs[0])
+    self._num_cells = plan.num_cells
+    self._num_replicas = len(micro_inputs)
+    self._runners = [list(row) for row in runners[:self._num_replicas]]
+    self._thetas = [list(thetas)] + [
+        executor.CopyThetas(thetas, [d.name for d in row])
+        for row in plan.replica_devices[1:self._num_replicas]]
+    self._micro_size = micro_size
+    self._loss_fn = loss_fn
+    per_layer = plan.policy == remat.RematPolicy.PER_LAYER
+    defer = plan.policy == remat.RematPolicy.PER_CELL
+    self._kept_decision = remat.Decide(plan.policy, plan.remat_last_micro_batch,
+                                       0, num_micro, backward_follows=True)
+    self._tables = tables = loop_tables.Build(
+        plan.Actions(num_micro), loss_fn is not None and self._kept_decision.record)
+    self._decisions = [
+        remat.Decision(record=False, inline=False, per_layer=per_layer, defer=defer,
+                       split=defer and tables.split[c]) for c in range(self._num_cells)]
+    last = self._num_cells - 1
+    self._kept_decision = dataclasses.replace(
+        self._kept_decision, split=self._kept_decision.defer and tables.split[last])
+    self._branches = tf.constant(tables.branches)
+    self._micro = tf.constant(tables.micro)
+    self._used = {(d, int(b)) for d in range(tables.branches.shape[1])
+                  for b in tables.branches[:, d]}
+    self._input_struct = micro_inputs[0][0]
+    self._stacked_inputs = []
+    for r, row in enumerate(self._runners):
+      with tf.device(row[0].device):
+        flat = [tf.nest.flatten(x) for x in micro_inputs[r]]
+        self._stacked_inputs.append([tf.stack(list(column)) for column in zip(*flat)])
+    self._out_structs, self._update_structs, self._loss_spec = self._Structures()
+    self._out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
+    self._upd_specs = [loop_arrays.Specs(s) for s in self._update_structs]
+    self._in_specs = [loop_arrays.Specs(self._input_struct)] + self._out_specs[:-1]
+    for row in self._runners:
+      for runner in row:
+        runner.gradients.StartLoopStep(num_micro)
+    self._layouts = self._FactorLayouts()
+    self._factor_specs = [[s for _, specs in cell for s in specs] for cell in self._layouts]
+    for r, row in enumerate(self._runners):
+      for c, runner in enumerate(row):
+        runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
+    self._state = self._InitialState()
+    self._updates: Optional[List[NestedMap]] = None
+
+  # --- phases ----------------------------------------------------------------
+
+  def Updates(self) -> List[NestedMap]:
+    """Per cell its statistics summed over micro-batches and replicas on
+    its variable device (after Forwards or Run)."""
+    if self._updates is None:
+      updates = []
+      for r, row in enumerate(self._runners):
+        for c, runner in enumerate(row):
+          with tf.device(runner.device):
+            updates.append(tf.nest.pack_sequence_as(
+                self._update_structs[c], self._state['sums'][r * self._num_cells + c]))
+      self._updates = []
+      for c, device in enumerate(self._plan.devices):
+        with tf.device(device.name):
+          self._updates.append(executor.AddN(updates[c::self._num_cells]))
+    return self._updates
+
+  def Run(self) -> executor.StepResult:
+    """Every clock, the loss inside: the StepResult."""
+    self._state = self._Loop(0, self._tables.num_clocks, self._state)
+    return self._Result()
+
+  def Forwards(self) -> List[List[tuple]]:
+    """The forwards' clocks (the loss outside): [replica][micro-batch] the
+    last cell's outputs."""
+    self._state = self._Loop(0, self._tables.forward_clocks, self._state)
+    return self._LastOutputs()
+
+  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
+    """The remaining clocks, from [replica][micro-batch] the gradients of the
+    last cell's flat outputs."""
+    state = dict(self._state)
+    dys = []
+    for r, per_micro in enumerate(output_grads):
+      with tf.device(self._runners[r][-1].device):
+        dys.append([a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
+                    for a, column in zip(state['dys'][r], zip(*per_micro))])
+    state['dys'] = dys
+    self._state = self._Loop(self._tables.forward_clocks, self._tables.num_clocks, state)
+    return self._Result()
+
+  # --- setup -----------------------------------------------------------------
+
+  def _MicroTheta(self, r: int, c: int, m: tf.Tensor) -> NestedMap:
+    theta = self._thetas[r][c]
+    seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
+    return theta if seed is None else base_layer.WithStepSeed(theta, seed)
+
+  def _Structures(self) -> Tuple[List[Any], List[Any], Optional[tf.TensorSpec]]:
+    """Each cell's output and statistics structures and the loss's spec,
+    from a throwaway trace of the chain."""
+    def Chain():
+      x, outs, updates = self._input_struct, [], []
+      for c, runner in enumerate(self._runners[0]):
+        x, upd, _ = runner.Forward(self._thetas[0][c], x)
+        outs.append(x)
+        updates.append(upd)
+      loss = [executor.LossAndOutputGrads(self._loss_fn, x)[0]] if self._loss_fn else []
+      return outs, updates, loss
+
+    traced = tf.function(Chain, autograph=False).get_concrete_function()
+    outs, updates, loss = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype), traced.structured_outputs)
+    return outs, updates, loss[0] if loss else None
+
+  def _FactorLayouts(self) -> List[List[Tuple[int, List[tf.TensorSpec]]]]:
+    """Per cell, the weight gradients its backward defers: (weight index,
+    specs of its flat factor pairs), from a throwaway trace of one backward
+    per lane (the functions the loop then calls, traced once)."""
+    indices: List[List[int]] = []
+
+    def Probe():
+      layouts = []
+      for r, row in enumerate(self._runners):
+        for c, runner in enumerate(row):
+          x = tf.nest.pack_sequence_as(self._input_struct if c == 0 else
+                                       self._out_structs[c - 1], loop_arrays.Zeros(self._in_specs[c]))
+          dy = tf.nest.pack_sequence_as(self._out_structs[c], loop_arrays.Zeros(self._out_specs[c]))
+          runner.Backward(self._MicroTheta(r, c, tf.constant(0)), x, dy,
+                          self._decisions[c], self._num_micro)
+          factors = self._TakeFactors(c, runner)
+          if r == 0:
+            indices.append(sorted(factors))
+            layouts.append([[f for pair in factors[i] for f in pair] for i in sorted(factors)])
+      return layouts
+
+    traced = tf.function(Probe, autograph=False).get_concrete_function()
+    return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
+            for cell_indices, cell in zip(indices, traced.structured_outputs)]
+
+  def _TakeFactors(self, c: int, runner: cell_runner.CellRunner) -> Dict[int, Any]:
+    gradients = runner.gradients
+    return gradients.TakeSplitFactors() if self._tables.split[c] else gradients.TakeFactors()
+
+  def _InitialState(self) -> Dict[str, Any]:
+    """The arrays and sums the loop carries, per lane or replica."""
+    rings, num_micro, last = self._tables.rings, self._num_micro, self._num_cells - 1
+    acts, grads, factors, sums = [], [], [], []
+    for row in self._runners:
+      for c, runner in enumerate(row):
+        with tf.device(runner.device):
+          inner = c < last
+          acts.append(loop_arrays.Arrays(self._out_specs[c], rings.activations[c] + 1)
+                      if inner else [])
+          grads.append(loop_arrays.Arrays(self._out_specs[c], rings.gradients[c] + 1)
+                       if inner else [])
+          factors.append(loop_arrays.Arrays(self._factor_specs[c], num_micro + 1))
+          sums.append(loop_arrays.Zeros(self._upd_specs[c]))
+    dy_size = rings.loss_gradients + 1 if self._loss_fn else num_micro + 1
+    state = dict(acts=acts, grads=grads, factors=factors, sums=sums, dys=[], outs=[],
+                 d_inputs=[], losses=[])
+    for row in self._runners:
+      with tf.device(row[-1].device):
+        state['dys'].append(loop_arrays.Arrays(self._out_specs[last], dy_size))
+        state['outs'].append(loop_arrays.Arrays(self._out_specs[last], num_micro + 1))
+        if self._loss_fn:
+          state['losses'].append(tf.zeros([], self._loss_spec.dtype))
+      with tf.device(row[0].device):
+        state['d_inputs'].append(loop_arrays.Arrays(self._in_specs[0], num_micro + 1))
+    return state
+
+  # --- the loop ----------------------------------------------------------------
+
+  def _Loop(self, start: int, end: int, state: Dict[str, Any]) -> Dict[str, Any]:
+    tables, num_micro, last = self._tables, self._num_micro, self._num_cells - 1
+    rings = tables.rings
+    slots = dict(
+        acts=[tf.constant(tables.Slots(tables.Writes(F, c), rings.activations[c]))
+              for c in range(last)],
+        grads=[tf.constant(tables.Slots(tables.Writes(X, c + 1), rings.gradients[c]))
+               for c in range(last)],
+        dys=tf.constant(tables.Slots(tables.Writes(F, last), rings.loss_gradients)),
+        outs=tf.constant(tables.Slots(tables.Writes(F, last), num_micro)),
+        d_inputs=tf.constant(tables.Slots(tables.Writes(X, 0), num_micro)),
+        factors=[tf.constant(tables.Slots(tables.Writes(X, c), num_micro))
+                 for c in range(self._num_cells)])
+
+    def Body(t, state):
+      new = {key: list(value) for key, value in state.items()}
+      for r in range(self._num_replicas):
+        for d, cells in enumerate(tables.cells_on):
+          pieces = self._DeviceClock(r, d, cells, t, state)
+          for place, c in enumerate(cells):
+            self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
+                        new, slots)
+      return t + 1, new
+
+    _, state = tf.while_loop(lambda t, _: t < end, Body, (tf.constant(start), state))
+    return state
+
+  def _Parts(self, c: int) -> Tuple[List[tf.TensorSpec], List[tf.TensorSpec]]:
+    """Specs of cell c's forward and backward pieces in a branch's results."""
+    forward = self._out_specs[c] + self._upd_specs[c]
+    if c == self._num_cells - 1 and self._loss_fn:
+      forward = forward + [self._loss_spec] + self._out_specs[c]
+    return forward, self._in_specs[c] + self._factor_specs[c]
+
+  def _DeviceClock(self, r: int, d: int, cells: List[int], t: tf.Tensor,
+                   state: Dict[str, Any]) -> List[List[tf.Tensor]]:
+    """What device d of replica r runs at clock t: a switch_case over its
+    cells' branches. Returns its pieces, forward and backward per cell."""
+    with tf.device(self._runners[r][cells[0]].device):
+      index = tf.gather(self._branches[t], d)
+      m = tf.gather(self._micro[t], d)
+      layout = [specs for c in cells for specs in self._Parts(c)]
+
+      def Branch(place, kind):
+        def Fn():
+          pieces = [loop_arrays.Zeros(s) for s in layout]
+          if place is not None:
+            c = cells[place]
+            if kind == F:
+              pieces[2 * place] = self._Forward(r, c, m, state)
+            elif kind == X:
+              pieces[2 * place + 1] = self._Backward(r, c, m, state)
+            elif kind == W:
+              self._WeightBackward(r, c, m, state)
+            else:
+              pieces[2 * place], pieces[2 * place + 1] = self._Kept(r, m, state)
+          return [x for piece in pieces for x in piece]
+        return Fn
+
+      # Branches that the table never picks are idle ones.
+      fns = [Branch(None, None)] + [
+          Branch(i, kind) if (d, 1 + KINDS * i + kind) in self._used else Branch(None, None)
+          for i in range(len(cells)) for kind in range(KINDS)]
+      flat = tf.switch_case(index, fns)
+    pieces, start = [], 0
+    for specs in layout:
+      pieces.append(flat[start:start + len(specs)])
+      start += len(specs)
+    return pieces
+
+  def _Inputs(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> tuple:
+    """Cell c's inputs of micro-batch m: the pipeline's for cell 0, else
+    cell c-1's outputs from their ring."""
+    if c == 0:
+      flat = [tf.gather(x, m) for x in self._stacked_inputs[r]]
+      return tf.nest.pack_sequence_as(self._input_struct, flat)
+    slot = m % self._tables.rings.activations[c - 1]
+    lane = r * self._num_cells + c - 1
+    return tf.nest.pack_sequence_as(self._out_structs[c - 1],
+                                    [a.read(slot) for a in state['acts'][lane]])
+
+  def _Forward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> List[tf.Tensor]:
+    runner = self._runners[r][c]
+    with tf.device(runner.device):
+      out, upd, _ = runner.Forward(self._MicroTheta(r, c, m), self._Inputs(r, c, m, state))
+      result = tf.nest.flatten(out) + tf.nest.flatten(upd)
+      if c == self._num_cells - 1 and self._loss_fn:
+        micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
+        result += [micro_loss] + dy
+      return result
+
+  def _Backward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> List[tf.Tensor]:
+    """X: the flat input gradients, then the deferred factors, flat."""
+    runner = self._runners[r][c]
+    with tf.device(runner.device):
+      x = self._Inputs(r, c, m, state)
+      if c == self._num_cells - 1:
+        depth = self._tables.rings.loss_gradients if self._loss_fn else self._num_micro
+        ring = state['dys'][r]
+      else:
+        depth, ring = self._tables.rings.gradients[c], state['grads'][r * self._num_cells + c]
+      dy = tf.nest.pack_sequence_as(self._out_structs[c], [a.read(m % depth) for a in ring])
+      dx = runner.Backward(self._MicroTheta(r, c, m), x, dy, self._decisions[c],
+                           self._num_micro)
+      return _Flat(x, dx, self._TakeFactors(c, runner))
+
+  def _Kept(self, r: int, m: tf.Tensor, state: Dict[str, Any]
+            ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+    """The last cell's forward of micro-batch m recorded, its loss, and its
+    backward from the record."""
+    c = self._num_cells - 1
+    runner = self._runners[r][c]
+    with tf.device(runner.device):
+      x = self._Inputs(r, c, m, state)
+      out, upd, recording = runner.Forward(self._MicroTheta(r, c, m), x,
+                                           self._kept_decision, self._num_micro)
+      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
+      dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
+      forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
+      return forward, _Flat(x, dx, self._TakeFactors(c, runner))
+
+  def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
+    """W: the product of micro-batch m's factor pairs, from its I's array."""
+    runner = self._runners[r][c]
+    flat = iter(state['factors'][r * self._num_cells + c])
+    pairs = {}
+    with tf.device(runner.device):
+      for i, specs in self._layouts[c]:
+        values = [next(flat).read(m) for _ in specs]
+        pairs[i] = [(values[n], values[n + 1]) for n in range(0, len(values), 2)]
+      runner.WeightBackward(pairs)
+
+  def _Write(self, r: int, c: int, t: tf.Tensor, forward: List[tf.Tensor],
+             backward: List[tf.Tensor], state: Dict[str, Any], new: Dict[str, Any],
+             slots: Dict[str, Any]) -> None:
+    """Writes lane (r, c)'s pieces of clock t into the new state."""
+    lane, last = r * self._num_cells + c, self._num_cells - 1
+    with tf.device(self._runners[r][c].device):
+      num_in = len(self._in_specs[c])
+      dx, factors = backward[:num_in], backward[num_in:]
+      new['factors'][lane] = [a.write(slots['factors'][c][t], f)
+                              for a, f in zip(state['factors'][lane], factors)]
+      num_out, num_upd = len(self._out_specs[c]), len(self._upd_specs[c])
+      y, upd = forward[:num_out], forward[num_out:num_out + num_upd]
+      new['sums'][lane] = [s + u for s, u in zip(state['sums'][lane], upd)]
+      if c < last:
+        new['acts'][lane] = [a.write(slots['acts'][c][t], x)
+                             for a, x in zip(state['acts'][lane], y)]
+      else:
+        new['outs'][r] = [a.write(slots['outs'][t], x) for a, x in zip(state['outs'][r], y)]
+        if self._loss_fn:
+          rest = forward[num_out + num_upd:]
+          new['losses'][r] = state['losses'][r] + rest[0]
+          new['dys'][r] = [a.write(slots['dys'][t], x)
+                           for a, x in zip(state['dys'][r], rest[1:])]
+      if c > 0:
+        new['grads'][lane - 1] = [a.write(slots['grads'][c - 1][t], g)
+                                  for a, g in zip(state['grads'][lane - 1], dx)]
+      else:
+        new['d_inputs'][r] = [a.write(slots['d_inputs'][t], g)
+                              for a, g in zip(state['d_inputs'][r], dx)]
+
+  # --- results -------------------------------------------------------------
+
+  def _LastOutputs(self) -> List[List[tuple]]:
+    micro = list(range(self._num_micro))
+    per_replica = []
+    for r, row in enumerate(self._runners):
+      with tf.device(row[-1].device):
+        columns = [tf.unstack(a.gather(micro), self._num_micro) for a in self._state['outs'][r]]
+        per_replica.append([tuple(tf.nest.pack_sequence_as(self._out_structs[-1], list(f)))
+                            for f in zip(*columns)])
+    return per_replica
+
+  def _Result(self) -> executor.StepResult:
+    micro = list(range(self._num_micro))
+    state = self._state
+    grads, input_grads = [], []
+    for r, row in enumerate(self._runners):
+      per_cell = []
+      for c, runner in enumerate(row):
+        lane = r * self._num_cells + c
+        if not self._tables.split[c]:
+          flat = iter(state['factors'][lane])
+          pairs = {}
+          with tf.device(runner.device):
+            for i, specs in self._layouts[c]:
+              rows = [loop_arrays.GatherRows(next(flat), micro) for _ in specs]
+              pairs[i] = [(rows[n], rows[n + 1]) for n in range(0, len(rows), 2)]
+          runner.gradients.PutFactors(pairs)
+        per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
+      grads.append(per_cell)
+      with tf.device(row[0].device):
+        columns = [tf.unstack(a.gather(micro), self._num_micro) if IsDifferentiable(x)
+                   else [None] * self._num_micro
+                   for a, x in zip(state['d_inputs'][r], tf.nest.flatten(self._input_struct))]
+      input_grads.append([list(g) for g in zip(*columns)])
+    loss = None
+    if state['losses']:
+      with tf.device(self._plan.devices[-1].name):
+        loss = tf.add_n(state['losses'])
+    return executor.StepResult(loss, self._LastOutputs(), input_grads,
+                               executor.SumOverReplicas(grads, self._plan.devices),
+                               self.Updates())
+
+
+def _Flat(x: tuple, dx: List[Any], factors: Dict[int, Any]) -> List[tf.Tensor]:
+  """A backward's flat input gradients (zeros for None), then its factors."""
+  return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + [
+      f for i in sorted(factors) for pair in factors[i] for f in pair]
