@@ -43,7 +43,7 @@ from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
-from lingvo_pipe.pipeline.loop_tables import F, KEPT, KINDS, W, X
+from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
 
 
 class LoopExecutor:

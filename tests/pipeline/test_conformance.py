@@ -1,0 +1,93 @@
+"""The conformance matrix: every schedule x emission x precision x remat x replicas equals the unpartitioned network.
+
+Each case trains one step of eight residual feed-forward layers with dropout
+(keep 0.7) and checks outputs, loss and the gradient of every variable and
+input against tests/transparency.py's Reference (float32: rtol 1e-5) or
+tests/bfloat16_transparency.py's (bfloat16: a few bfloat16 steps). The
+schedules run with the loss inside the pipeline (FPropWithLoss); fill-drain
+also through FProp with the loss outside. R=2 replicas of M micro-batches
+are the R*M micro-batches of one pipeline. Batch norm runs across the
+schedules in its own matrix below.
+
+`make test` runs float32 whole and bfloat16 at per-cell remat with one
+replica; `make test-slow` the rest of bfloat16.
+"""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+from tests import bfloat16_transparency
+from tests import transparency
+from tests.pipeline import pipeline_models as models
+
+BATCH = 24
+# name -> (pipeline params, cells, M, loss inside)
+SCHEDULES = {
+    'fill_drain': (dict(schedule=ScheduleKind.GPIPE), 2, 3, True),
+    'fill_drain_fprop': (dict(schedule=ScheduleKind.GPIPE), 2, 3, False),
+    'one_f_one_b': (dict(schedule=ScheduleKind.ONE_F_ONE_B), 3, 4, True),
+    'interleaved': (dict(schedule=ScheduleKind.INTERLEAVED, cells_per_device=2), 4, 4, True),
+    'zb_h1': (dict(schedule=ScheduleKind.ZB_H1), 3, 4, True),
+    'zb_h2': (dict(schedule=ScheduleKind.ZB_H2), 2, 3, True),
+    'zb_v': (dict(schedule=ScheduleKind.ZB_V), 4, 3, True),
+}
+EMISSIONS = {'unrolled': 0, 'loop': 2}
+REMATS = (gpipe.RematPolicy.NONE, gpipe.RematPolicy.PER_CELL)
+
+
+def _Pipeline(name, emission, remat, replicas, layers, shape, **kwargs):
+  params, cells, m, _ = SCHEDULES[name]
+  shape = [BATCH] + shape[1:]
+  pipe = models.Pipeline(layers, shape, cells, m, remat=remat, num_replicas=replicas,
+                         loop_min_micro_batches=EMISSIONS[emission], **params, **kwargs)
+  x = tf.random.stateless_normal(shape, [cells, m])
+  return pipe, x, m * replicas
+
+
+def _Cases(dtype):
+  cases = []
+  for name in SCHEDULES:
+    for emission in EMISSIONS:
+      for remat in REMATS:
+        for replicas in (1, 2):
+          slow = dtype == 'bfloat16' and (remat != gpipe.RematPolicy.PER_CELL or replicas > 1)
+          cases.append(pytest.param(name, emission, remat, replicas,
+                                    id=f'{name}-{emission}-{remat.name}-R{replicas}',
+                                    marks=pytest.mark.slow if slow else ()))
+  return cases
+
+
+@pytest.mark.parametrize('name,emission,remat,replicas', _Cases('float32'))
+def test_float32(name, emission, remat, replicas):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape)
+  loss_inside = SCHEDULES[name][3]
+  step = models.TrainStepWithLoss(pipe, 7, num_micro) if loss_inside else None
+  transparency.CheckTransparent(pipe, (x,), num_micro, step=7,
+                                loss_fn=models.ConstantNormLoss, train_step=step)
+
+
+@pytest.mark.parametrize('name,emission,remat,replicas', _Cases('bfloat16'))
+def test_bfloat16(name, emission, remat, replicas):
+  layers, shape = models.FfnLayers(keep_prob=0.7, dim=16)
+  pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape,
+                                 fprop_dtype=bfloat16_transparency.DTYPE)
+  bfloat16_transparency.CheckBf16Transparent(pipe, [x], num_micro, SCHEDULES[name][3])
+
+
+@pytest.mark.parametrize('name', ['fill_drain_fprop', 'one_f_one_b', 'zb_h1', 'zb_v'])
+@pytest.mark.parametrize('emission', list(EMISSIONS))
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_batch_norm(name, emission, replicas):
+  """The convnet's batch norm: outputs, gradients and the moving averages
+  after the step."""
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe, x, num_micro = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas,
+                                 layers, shape)
+  step = models.TrainStepWithLoss(pipe, 7, num_micro) if SCHEDULES[name][3] else None
+  ref = transparency.CheckTransparent(pipe, (x,), num_micro, step=7,
+                                      loss_fn=models.ConstantNormLoss, train_step=step)
+  transparency.CheckMovingAverages(pipe, ref.bn_inputs)

@@ -1,0 +1,282 @@
+"""What the executor promises beyond equal numbers (those are test_conformance's):
+the loop's graph does not grow with M and runs on the cells' devices, its
+rings hold only what is in flight, remat keeps what it says, replicas add
+their gradients where the variables live, and every schedule's errors come
+at build."""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.pipeline import executor
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+from tests import transparency
+from tests.pipeline import pipeline_models as models
+
+ONE_F = ScheduleKind.ONE_F_ONE_B
+
+
+def _Graph(pipe, shape, m, loss_inside=True):
+  step = (models.TrainStepWithLoss(pipe, 0, m) if loss_inside else
+          models.TrainStep(pipe, step=0))
+  return step.get_concrete_function(tf.TensorSpec(shape)).graph
+
+
+def _Nodes(pipe, shape, m, loss_inside=True):
+  graph_def = _Graph(pipe, shape, m, loss_inside).as_graph_def()
+  return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+
+
+def _CalledFunctions(pipe, shape, m):
+  return [n.attr['f'].func.name for n in _Nodes(pipe, shape, m) if 'f' in n.attr]
+
+
+@pytest.mark.parametrize('kind,cells', [(ScheduleKind.GPIPE, 2), (ONE_F, 2),
+                                        (ScheduleKind.INTERLEAVED, 4), (ScheduleKind.ZB_H1, 2),
+                                        (ScheduleKind.ZB_V, 4)])
+def test_loop_graph_does_not_grow_with_m(kind, cells):
+  """Every op of the step, not just the cell calls: micro-batches enter and
+  leave the loop as one gather per tensor, so M=16 holds as many ops as
+  M=4 (fewer than the unrolled step at M=16)."""
+  layers, shape = models.FfnLayers(dim=64)
+
+  def Ops(m, loop):
+    pipe = models.Pipeline(layers, shape, cells, m, loop_min_micro_batches=loop,
+                           schedule=kind, cells_per_device=2 if kind == ScheduleKind.INTERLEAVED else 1)
+    nodes = _Nodes(pipe, shape, m)
+    assert any(n.op == 'While' for n in nodes) == bool(loop)
+    return len([n for n in nodes if n.op != 'Const'])
+
+  looped = [Ops(m, 2) for m in (4, 16)]
+  assert looped[0] == looped[1], looped
+  assert Ops(16, 0) > looped[0]
+
+
+def test_fprop_loop_graph_does_not_grow_with_m():
+  """The loss outside (FProp): a loop of the forwards' clocks and one of
+  the rest, each as many ops at M=16 as at M=4."""
+  layers, shape = models.FfnLayers(dim=64)
+  ops = [len([n for n in _Nodes(models.Pipeline(layers, shape, 2, m, loop_min_micro_batches=2),
+                                shape, m, loss_inside=False) if n.op != 'Const'])
+         for m in (4, 16)]
+  assert ops[0] == ops[1], ops
+
+
+def test_below_the_switch_point_the_step_is_unrolled():
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=8, schedule=ONE_F)
+  assert not any(n.op == 'While' for n in _Nodes(pipe, shape, 4))
+
+
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_each_clock_runs_on_the_cells_devices(replicas):
+  """Inside the loop body, every switch, micro-batch gather and array
+  read and write is placed on a cell's device (replica 1's on its own)."""
+  layers, shape = models.FfnLayers(dim=64)
+  pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=2, schedule=ONE_F,
+                         num_replicas=replicas)
+  graph_def = _Graph(pipe, shape, 4 * replicas).as_graph_def()
+  bodies = [f for f in graph_def.library.function if '_body_' in f.signature.name]
+  assert len(bodies) == 1, [f.signature.name for f in bodies]
+  placed = ('TensorListGetItem', 'TensorListSetItem', 'GatherV2', 'Case', 'StatelessCase')
+  ops = [(n.op, n.device) for n in bodies[0].node_def if n.op in placed]
+  devices = {str(i) for i in range(2 * replicas)}
+  assert {device.split(':')[-1] for _, device in ops if device} == devices, ops
+  assert all(device for _, device in ops), [op for op, device in ops if not device]
+
+
+def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
+  """1F1B K=4 M=16: each boundary's ring holds at most K micro-batches (the
+  ones in flight), not M, whether the last cell's backwards run with their
+  forwards (per-cell remat) or at their own clocks; fill-drain's
+  activations need all M."""
+  one_f = built_in.Build(ONE_F, 4, 16)
+  kept = loop_tables.Build(one_f, keep_last=True)
+  assert kept.kept == frozenset(range(16))
+  for rings in (loop_tables.Build(one_f, keep_last=False).rings, kept.rings):
+    assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
+    assert rings.loss_gradients == 1, rings
+  fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False).rings
+  assert fill_drain.activations == [16] * 3, fill_drain
+
+
+def test_ring_depth_is_the_smallest_without_overwrite():
+  # Micro-batch m written at clock m, last read at clock m + 2: the write
+  # of m + 3 (clock m + 3) is the first after it.
+  assert loop_tables.RingDepth([0, 1, 2, 3, 4], [2, 3, 4, 5, 6]) == 3
+  assert loop_tables.RingDepth([0, 2, 4], [1, 3, 5]) == 1
+  assert loop_tables.RingDepth([0, 1], [5, 6]) == 2
+
+
+@pytest.mark.parametrize('loop', [0, 2])
+def test_deferred_weight_gradients_are_one_product_per_step(loop):
+  """64 -> 128 -> 64 feed-forward layers at 16/M rows per micro-batch:
+  per-cell remat defers their weight gradients (deferred_grads), whose
+  factors are multiplied once per step (in the loop, taken out of it in
+  M-sized arrays); the gradients still equal the reference's."""
+  layers, shape = models.FfnLayers(keep_prob=0.8, dim=64)
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, loop_min_micro_batches=loop)
+  transparency.CheckTransparent(pipe, (tf.random.stateless_normal(shape, [2, 9]),), 4,
+                                loss_fn=models.ConstantNormLoss,
+                                train_step=models.TrainStepWithLoss(pipe, 7, 4), step=7)
+  nodes = _Nodes(pipe, shape, 4)
+  assert [n for n in nodes if n.op == 'MatMul' and n.attr['transpose_a'].b], (
+      'no deferred product')
+
+
+@pytest.mark.parametrize('loop,backwards', [(0, 4), (2, 1)])
+def test_one_f_one_b_keeps_the_last_cell_and_recomputes_the_others(loop, backwards):
+  """Per-cell remat under 1F1B (K=2, M=4): the last cell runs each
+  micro-batch's backward right after its forward, so it records them all
+  and never calls its recomputing backward; cell 0 (F0 F1 B0 F2 B1 F3 B2
+  B3) recomputes all four (unrolled: four calls; the loop: one call, in
+  its body)."""
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, loop_min_micro_batches=loop)
+  called = _CalledFunctions(pipe, shape, 4)
+  assert not [f for f in called if 'cell_1_backward_' in f], called
+  assert len([f for f in called if 'cell_0_backward_' in f]) == backwards, called
+
+
+def test_fprop_of_a_one_f_one_b_pipeline_says_to_use_fprop_with_loss():
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 2, schedule=ONE_F)
+  with pytest.raises(ValueError, match='call FPropWithLoss'):
+    pipe.FProp(pipe.theta, tf.ones(shape))
+
+
+def test_eval_mode_loss_is_the_sum_of_micro_batch_losses():
+  layers, shape = models.FfnLayers(keep_prob=0.5)
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, num_replicas=2)
+  x = tf.random.stateless_normal(shape, [3, 4])
+  with base_layer.EvalMode():
+    loss, y = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+    transparency.AssertClose(y, pipe.FProp(pipe.theta, x))
+  transparency.AssertClose(loss, models.Loss(y))
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(num_partitions=6, num_micro_batches=4, schedule=ScheduleKind.INTERLEAVED,
+          cells_per_device=2), 'num_micro_batches=4 must be a multiple of the number of '
+                               'devices K=3; use M=6'),
+    (dict(num_partitions=6, num_micro_batches=4, schedule=ScheduleKind.INTERLEAVED,
+          cells_per_device=4), '6 cells do not make cells_per_device=4'),
+    (dict(num_partitions=4, num_micro_batches=4, schedule=ONE_F, cells_per_device=2),
+     r'ONE_F_ONE_B runs 1 cell\(s\) per device'),
+    (dict(num_partitions=3, num_micro_batches=4, schedule=ScheduleKind.ZB_V),
+     '3 cells do not make cells_per_device=2'),
+    (dict(num_partitions=2, num_micro_batches=2, num_replicas=5),
+     '5 replicas x 2 cells at 1 per device need 10 devices but only 8'),
+    (dict(num_partitions=2, num_micro_batches=2, num_replicas=0), r'num_replicas \(0\) must be >= 1'),
+    (dict(num_partitions=2, num_micro_batches=2, num_replicas=2,
+          devices=['CPU:0', 'CPU:1', 'CPU:2']), 'need 4 devices but only 3'),
+])
+def test_bad_layouts_fail_at_build(kwargs, match):
+  layers, shape = models.FfnLayers()
+  with pytest.raises((ValueError, TypeError), match=match):
+    gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, input_shapes=[shape],
+                                       **kwargs).Instantiate()
+
+
+def test_two_replicas_train_like_one_pipeline():
+  """R=2, K=2, M=2 against R=1, K=2, M=4 on the same global batches: the
+  losses and the weights after three SGD steps (rtol 1e-5)."""
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  results = []
+  for r, m in ((1, 4), (2, 2)):
+    tf.random.set_seed(5)
+    pipe = models.Pipeline(layers, shape, 2, m, num_replicas=r)
+    variables = list(pipe.trainable_variables)
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    train_step = models.TrainStep(pipe, 0)  # traced once: seeds of step 0
+    losses = []
+    for step in range(3):
+      _, loss, grads = train_step(tf.random.stateless_normal(shape, [step, 9]))
+      optimizer.apply_gradients(zip(grads[:len(variables)], variables))
+      losses.append(float(loss))
+    results.append((losses, {v.name: v.numpy() for v in variables}))
+  (losses1, weights1), (losses2, weights2) = results
+  transparency.AssertClose(losses2, losses1, 'losses')
+  assert sorted(weights1) == sorted(weights2)
+  for name in weights1:
+    transparency.AssertClose(weights2[name], weights1[name], name)
+
+
+@pytest.mark.parametrize('kind,loop', [(ScheduleKind.GPIPE, 0), (ScheduleKind.ZB_H1, 2)])
+def test_replica_gradients_are_added_on_the_variables_device(kind, loop):
+  """The traced step adds each weight's R gradients with one AddN on
+  replica 0's device of its cell; replica 1's cells run on replica 1's
+  devices."""
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 2, num_replicas=2, schedule=kind,
+                         loop_min_micro_batches=loop)
+  graph = _Graph(pipe, shape, 4)
+  sums = [op for op in graph.get_operations()
+          if op.type == 'AddN' and op.name.startswith(executor.REPLICA_SUM_SCOPE)]
+  assert len(sums) == len(pipe.trainable_variables)
+  owner = {v.name: tf.DeviceSpec.from_string(v.device).device_index
+           for v in pipe.trainable_variables}
+  assert set(owner.values()) == {0, 1}
+  assert {tf.DeviceSpec.from_string(op.device).device_index for op in sums} == {0, 1}
+  calls = [op for op in graph.get_operations()
+           if op.type in ('PartitionedCall', 'StatefulPartitionedCall', 'While', 'StatelessWhile')]
+  assert {tf.DeviceSpec.from_string(op.device).device_index for op in calls
+          if op.device} <= {0, 1, 2, 3}
+
+
+def test_consecutive_cells_per_device_packs_replicas():
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 2, num_replicas=2, consecutive_cells_per_device=2,
+                         devices=['CPU:4', 'CPU:5'])
+  assert [[d.index for d in row] for row in pipe.replica_devices] == [[4, 4], [5, 5]]
+  transparency.CheckTransparent(pipe, (tf.random.stateless_normal(shape, [1, 2]),), 4)
+
+
+@pytest.mark.parametrize('kind,loop', [(ONE_F, 0), (ScheduleKind.ZB_H1, 2)])
+def test_transformer_stack_with_dropout(kind, loop):
+  pipe = models.TransformerStackPipeline(2, 2, schedule=kind, loop_min_micro_batches=loop)
+  inputs = models.TransformerInputs(seed=24)
+  transparency.CheckTransparent(pipe, inputs, 2, step=7, loss_fn=models.ConstantNormLoss,
+                                train_step=models.TrainStepWithLoss(pipe, 7, 2))
+
+
+def test_language_model_task_trains_the_same_under_every_schedule():
+  """The lm task (one FPropWithLoss call, whatever the schedule) gives the
+  same loss, metrics and weight gradients under fill-drain, 1F1B and ZB-H1
+  with the same weights."""
+  from lingvo_pipe.tasks.lm import model as lm_model  # pylint: disable=g-import-not-at-top
+
+  def Task(kind):
+    p = lm_model.LanguageModelTask.Params().Set(name='lm', random_seed=3)
+    p.stack.Set(vocab_size=16, model_dim=8, num_heads=2, hidden_dim=16, num_layers=2,
+                batch_size=models.BATCH, seq_len=4, residual_keep_prob=0.8)
+    p.stack.pipeline.Set(num_partitions=4, num_micro_batches=4, schedule=kind)
+    return p.Instantiate()
+
+  ids, paddings, labels = models.TransformerInputs(seed=5)
+  batch = base_layer.NestedMap(ids=ids, paddings=paddings, labels=labels)
+  results = []
+  for kind in (ScheduleKind.GPIPE, ONE_F, ScheduleKind.ZB_H1):
+    task = Task(kind)
+    if results:
+      for v, w in zip(task.trainable_variables, results[0][2]):
+        v.assign(w)
+
+    @tf.function(autograph=False)
+    def Step(task=task):
+      with tf.GradientTape() as tape:
+        metrics = task.FProp(base_layer.WithStepSeed(task.theta, [1, 0]), batch)
+      return metrics, tape.gradient(metrics.loss, task.trainable_variables)
+
+    metrics, grads = Step()
+    results.append((metrics, grads, list(task.trainable_variables)))
+  (m0, g0, _) = results[0]
+  for m1, g1, _ in results[1:]:
+    for key in ('loss', 'bits_per_byte', 'accuracy', 'num_tokens'):
+      transparency.AssertClose(m1[key], m0[key], key)
+    for a, b in zip(g1, g0):
+      transparency.AssertClose(a, b, 'gradient')
