@@ -89,7 +89,7 @@ class Plan:
 
   def Order(self, num_micro: int) -> Tuple[Action, ...]:
     """Every action of one replica in the order the executor emits them:
-    by start time with unit costs, then device; each device's actions keep
+    by start clock (every action one clock), then device; each device's actions keep
     their order, and every action comes after the actions it reads."""
     return _Order(self.Actions(num_micro))
 
@@ -231,7 +231,7 @@ def _Actions(spec: ScheduleSpec, num_devices: int, cells_per_device: int,
 
 @functools.lru_cache(maxsize=64)
 def _Order(schedule: actions.Schedule) -> Tuple[Action, ...]:
-  timeline = simulate.Simulate(schedule).timeline
+  timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
   timed = sorted((t for row in timeline for t in row),
                  key=lambda t: (t.start, t.device))
   return tuple(t.action for t in timed)

@@ -13,8 +13,8 @@ from lingvo_pipe.pipeline.schedules import zero_bubble
 class ScheduleKind(enum.Enum):
   """A built-in schedule (PipeliningLayer's p.schedule); the value is its
   name on command lines."""
-  FILL_DRAIN = 'fill_drain'  # GPipe: every forward, then every backward
-  GPIPE = 'fill_drain'  # Lingvo's name of fill-drain: the same member
+  GPIPE = 'fill_drain'  # GPipe, fill-drain: every forward, then every backward
+  FILL_DRAIN = 'fill_drain'  # the same member under its descriptive name
   ONE_F_ONE_B = 'one_f_one_b'  # PipeDream-flush
   INTERLEAVED = 'interleaved'  # Megatron's interleaved 1F1B, v cells a device
   ZB_H1 = 'zb_h1'  # zero bubble, 1F1B's memory
@@ -23,7 +23,7 @@ class ScheduleKind(enum.Enum):
 
   @classmethod
   def _missing_(cls, value):
-    return cls.FILL_DRAIN if value == 'gpipe' else None
+    return cls.GPIPE if value == 'gpipe' else None
 
 
 def CellsPerDevice(kind: ScheduleKind, cells_per_device: Optional[int] = None) -> int:
