@@ -8,11 +8,11 @@ all of them alike):
   bubble  interleaved (v=2) against fill-drain: the bubble measured on the
           profiled timeline, ffn K in {4, 2} M=8, one thread per device,
           every micro-batch recomputed
-  loop    the tick loop against the unrolled fill-drain step: time to the
+  loop    the loop against the unrolled fill-drain step: time to the
           first step and step time, ffn K=4 at M in {4, 16, 64} and a
           16-layer transformer (batch 32) K=8 at M in {8, 32}
-  loop_1f1b  the same for 1F1B's scheduled loop against its unrolled
-          step, ffn K=4 at M in {4, 16, 64}
+  loop_1f1b  the same for 1F1B, ffn K=4 at M in {4, 16, 64}
+  loop_zb the same for ZB-H1 and ZB-V (v=2), ffn K=4 at M in {4, 16, 64}
 
 Raw JSON goes to docs/benchmarks/schedules.json; the page is rendered from
 it, so --sections= only re-renders.
@@ -35,7 +35,7 @@ from absl import flags
 from benchmarks import analysis
 from benchmarks import runner
 
-SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b')
+SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb')
 
 FLAGS = flags.FLAGS
 
@@ -90,10 +90,14 @@ LOOP_GROUPS = {
               ['--workload=transformer', '--num_layers=16', '--batch=32'])),
     'loop_1f1b': (('ffn_1f1b', 4, (4, 16, 64),
                    ['--workload=ffn', '--schedule=one_f_one_b']),),
+    'loop_zb': (('ffn_zb_h1', 4, (4, 16, 64), ['--workload=ffn', '--schedule=zb_h1']),
+                ('ffn_zb_v', 4, (4, 16, 64),
+                 ['--workload=ffn', '--schedule=zb_v', '--cells_per_device=2'])),
 }
 LOOP_TITLES = {
-    'loop': 'Tick loop against the unrolled fill-drain step',
-    'loop_1f1b': 'Scheduled loop against the unrolled 1F1B step',
+    'loop': 'The loop against the unrolled step: fill-drain',
+    'loop_1f1b': 'The loop against the unrolled step: 1F1B',
+    'loop_zb': 'The loop against the unrolled step: ZB-H1 and ZB-V',
 }
 
 

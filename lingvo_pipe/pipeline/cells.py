@@ -12,8 +12,10 @@ from typing import Any, List, Sequence, Tuple
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 
 
@@ -123,3 +125,22 @@ def _Partition(p: hyperparams.Params) -> List[List[hyperparams.Params]]:
     costs = partition.LayerCosts(layers, p.input_shapes, p.cost)
     splits = partition.BalancedSplits(costs, p.num_partitions)
   return [list(run) for run in partition.SplitLayers(layers, splits)]
+
+
+def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
+                    cell_params: Sequence[hyperparams.Params]) -> None:
+  """Checks M, and with p.input_shapes the cell boundaries (FPropMeta
+  chained through the cells) and the micro-batch contract, before any
+  cell is built."""
+  micro_batch.NumMicroBatches(p, None)
+  if p.input_shapes is None:
+    return
+  shapes = layer_meta.Shapes(*p.input_shapes)
+  micro_batch.NumMicroBatches(p, contract.InputLayout(shapes).batch_size)
+  for k, cp in enumerate(cell_params):
+    try:
+      shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
+    except (ValueError, TypeError) as e:
+      raise ValueError(f'Cell {k} does not accept the output of cell {k - 1} '
+                       f'(shapes {[str(s) for s in shapes]}): {e}') from e
+  contract.SummedOutputs(containers.AsTuple(shapes))

@@ -1,19 +1,15 @@
 """PipeliningLayer: GPipe (arXiv 1811.06965) over K cells and M micro-batches.
 
-The layer holds the params, the layers and the resolved plan (plan.py:
-cells, devices of every replica, the schedule's actions, remat); one
-executor (executor.py) runs the plan's actions. FProp trains with the loss
-outside the pipeline as one `tf.custom_gradient`: its forward runs every
-forward of the schedule (fill), its gradient function the rest (drain), so
-it runs schedules whose devices finish their forwards first (fill-drain).
-FPropWithLoss takes a per-micro-batch loss function and runs forwards,
-losses and backwards of any schedule (1F1B, interleaved, zero bubble, or
-a text) in one go. With M >= p.loop_min_micro_batches the same actions run
-as one while loop over clocks (loop_executor). Batch-norm statistics are summed over micro-batches and
-applied once per step.
+The layer holds the params, the layers and the plan resolved once
+(plan.py); one executor runs the plan's actions, unrolled (executor.py)
+or as a loop over clocks (loop_executor.py) with M >=
+p.loop_min_micro_batches. FProp trains with the loss outside the pipeline
+(fill-drain), FPropWithLoss with the loss inside (any schedule); both are
+one custom gradient (train_step.py). Batch-norm statistics are summed
+over micro-batches and applied once per step.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -33,6 +29,8 @@ from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import replica_batches
+from lingvo_pipe.pipeline import train_step
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.remat import RematPolicy
@@ -145,7 +143,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['_cell_layer_indices'] = layer_runs
     cell_params = cells.CellParamsOf(p, layer_params, layer_runs)
     self._contract = micro_batch.Contract.FromParams(p)
-    self._CheckMicroBatching(cell_params)
+    cells.CheckBoundaries(p, self._contract, cell_params)
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
     resolved = plan_lib.FromParams(p, len(cell_params), devices)
     if not p.micro_batch_size:
@@ -186,27 +184,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     """Each cell's theta, from the pipeline's theta (its layers')."""
     return [cells.CellTheta(theta.layers, run) for run in self._cell_layer_indices]
 
-  def _CheckMicroBatching(self, cell_params: List[hyperparams.Params]) -> None:
-    """Checks M, and with input_shapes the cell boundaries and the
-    micro-batch contract, before any cell is built."""
-    p = self.params
-    micro_batch.NumMicroBatches(p, None)
-    if p.input_shapes is None:
-      return
-    shapes = layer_meta.Shapes(*p.input_shapes)
-    micro_batch.NumMicroBatches(p, self._contract.InputLayout(shapes).batch_size)
-    out_shapes = _CheckCellBoundaries(cell_params, shapes)
-    self._contract.SummedOutputs(containers.AsTuple(out_shapes))
-
   # --- forward -------------------------------------------------------------
 
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False)
-      return containers.UnwrapSingle(self._Outputs(run.Forwards(), slices))
+      return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
           f'PipeliningLayer {self.params.name!r}: schedule '
@@ -214,7 +200,8 @@ class PipeliningLayer(base_layer.BaseLayer):
           'forward, so it trains with the loss inside the pipeline: call '
           'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
           'ScheduleKind.GPIPE.')
-    return containers.UnwrapSingle(self._Train(thetas, inputs, num_micro))
+    return containers.UnwrapSingle(train_step.LossOutside(
+        self._Start(num_micro), self._ApplyCellUpdates, inputs, thetas))
 
   def FPropWithLoss(self, theta: NestedMap, loss_fn: executor.MicroLossFn,
                     *inputs: Any) -> Tuple[tf.Tensor, Any]:
@@ -239,11 +226,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, slices = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False, loss_fn=loss_fn)
       last_outputs = run.Forwards()
-      return run.Loss(), containers.UnwrapSingle(self._Outputs(last_outputs, slices))
-    loss, outputs = self._TrainWithLoss(thetas, inputs, num_micro, loss_fn)
+      return run.Loss(), containers.UnwrapSingle(batches.Outputs(last_outputs))
+    loss, outputs = train_step.LossInside(
+        self._Start(num_micro, loss_fn), self._ApplyCellUpdates, inputs, thetas,
+        [d.name for d in self.devices])
     return loss, containers.UnwrapSingle(outputs)
 
   def _NumMicro(self, inputs: tuple) -> int:
@@ -271,122 +260,28 @@ class PipeliningLayer(base_layer.BaseLayer):
         cast.append(precision.CastTheta(self.cells[k], theta))
     return cast
 
+  def _Start(self, num_micro: int, loss_fn: Optional[executor.MicroLossFn] = None
+             ) -> train_step.Start:
+    """A training step's start: (cell thetas, inputs) -> its executor and
+    batches, the thetas cast once to the compute dtypes."""
+    return lambda thetas, inputs: self._Executor(
+        self._ComputeThetas(thetas), inputs, num_micro, True, loss_fn)
+
   def _Executor(self, thetas: List[NestedMap], inputs: tuple, num_micro: int,
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
-                ) -> Tuple[Any, List[tuple]]:
-    """The step's executor and the replicas' slices of the inputs (the
-    batch cut into R slices, each into M micro-batches on its replica's
-    first device). The one place that chooses the emission: a loop over
-    clocks (loop_executor) for training with M >= p.loop_min_micro_batches,
-    else unrolled (executor)."""
+                ) -> Tuple[Any, replica_batches.ReplicaBatches]:
+    """The step's executor and its batch cut into replicas x micro-batches.
+    The one place that chooses the emission: a loop over clocks
+    (loop_executor) for training with M >= p.loop_min_micro_batches, else
+    unrolled (executor). Evaluation runs replica 0 on the whole batch."""
     resolved = self.plan if training else self.plan.ReplicaZero()
-    num_replicas = resolved.num_replicas
-    slices = self._contract.SplitInputs(inputs, num_replicas) if num_replicas > 1 else [inputs]
-    micro = []
-    for r, row in enumerate(resolved.replica_devices):
-      with tf.device(row[0].name):
-        micro.append(self._contract.SplitInputs(slices[r], num_micro))
-    micro_size = self._contract.InputLayout(micro[0][0]).batch_size
+    batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
+                                             inputs, num_micro)
+    args = (resolved, self._replica_runners, thetas, batches.micro_inputs,
+            batches.micro_size)
     if training and resolved.Loops(num_micro):
-      return loop_executor.LoopExecutor(resolved, self._replica_runners, thetas, micro,
-                                        micro_size, loss_fn), slices
-    return executor.Executor(resolved, self._replica_runners, thetas, micro,
-                             micro_size, training, loss_fn), slices
-
-  def _Outputs(self, last_outputs: List[List[tuple]], slices: List[tuple]) -> tuple:
-    """The last cell's outputs of the whole batch."""
-    last = self.num_cells - 1
-    per_replica = []
-    for r, row in enumerate(self.replica_devices[:len(slices)]):
-      micro_size = self._contract.InputLayout(slices[r]).batch_size // len(last_outputs[r])
-      with tf.device(row[last].name):
-        per_replica.append(self._contract.MergeOutputs(last_outputs[r], micro_size))
-    if len(per_replica) == 1:
-      return tuple(per_replica[0])
-    replica_size = self._contract.InputLayout(slices[0]).batch_size
-    return tuple(self._contract.MergeOutputs(per_replica, replica_size))
-
-  def _InputGrads(self, input_grads: List[List[List[Any]]],
-                  slices: List[tuple]) -> List[Any]:
-    """The gradients of the flat pipeline inputs of the whole batch."""
-    per_replica = []
-    for r, row in enumerate(self.replica_devices):
-      with tf.device(row[0].name):
-        per_replica.append(self._contract.MergeInputGrads(slices[r], input_grads[r]))
-    if len(per_replica) == 1:
-      return per_replica[0]
-    return self._contract.MergeInputGrads(slices[0], per_replica)
-
-  # --- training --------------------------------------------------------------
-
-  def _Train(self, thetas: List[NestedMap], inputs: tuple, num_micro: int) -> tuple:
-    """The training forward (every F), with the rest of the schedule as
-    its custom gradient. The forward applies the cells' statistics, so its
-    outputs are all it returns; tf.custom_gradient takes and returns nests."""
-
-    @tf.custom_gradient
-    def Pipeline(step_inputs, cell_thetas):
-      run, slices = self._Executor(self._ComputeThetas(cell_thetas), step_inputs,
-                                   num_micro, training=True)
-      last_outputs = run.Forwards()
-      outputs = self._Outputs(last_outputs, slices)
-      self._ApplyCellUpdates(run.Updates())
-      flat_out = tf.nest.flatten(outputs)
-
-      def Grad(*dys, variables=None):
-        del variables  # the pipeline reads no variables; theta is passed in
-        dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
-        result = run.Backwards(self._OutputGrads(last_outputs, dys))
-        return (self._InputGrads(result.input_grads, slices) +
-                [g for cell in result.theta_grads for g in cell])
-
-      return outputs, Grad
-
-    return Pipeline(inputs, thetas)
-
-  def _OutputGrads(self, last_outputs: List[List[tuple]], dys: List[Any]
-                   ) -> List[List[List[Any]]]:
-    """[replica][micro-batch] the gradients of the last cell's flat outputs,
-    from those of the whole batch's."""
-    last = self.num_cells - 1
-    num_replicas, num_micro = len(last_outputs), len(last_outputs[0])
-    per_replica = (self._contract.SplitOutputGrads(last_outputs[0][0], dys, num_replicas)
-                   if num_replicas > 1 else [dys])
-    split = []
-    for r, row in enumerate(self.replica_devices):
-      with tf.device(row[last].name):
-        split.append(self._contract.SplitOutputGrads(
-            last_outputs[r][0], per_replica[r], num_micro))
-    return split
-
-  def _TrainWithLoss(self, thetas: List[NestedMap], inputs: tuple,
-                     num_micro: int, loss_fn: executor.MicroLossFn
-                     ) -> Tuple[tf.Tensor, tuple]:
-    """The training step of p.schedule with the loss inside: forwards,
-    losses and backwards all run in the forward of one tf.custom_gradient,
-    whose gradient scales the stored gradients by the loss's upstream
-    gradient."""
-    devices = [d.name for d in self.devices]
-
-    @tf.custom_gradient
-    def Pipeline(step_inputs, cell_thetas):
-      run, slices = self._Executor(self._ComputeThetas(cell_thetas), step_inputs,
-                                   num_micro, training=True, loss_fn=loss_fn)
-      result = run.Run()
-      outputs = self._Outputs(result.last_outputs, slices)
-      d_inputs = self._InputGrads(result.input_grads, slices)
-      self._ApplyCellUpdates(result.updates)
-
-      def Grad(d_loss, *unused_d_outputs, variables=None):
-        grads = _Scale(d_inputs, d_loss, devices[0])
-        for k, cell_grads in enumerate(result.theta_grads):
-          grads += _Scale(cell_grads, d_loss, devices[k])
-        return (grads, [None] * len(variables)) if variables else grads
-
-      return (result.loss, outputs), Grad
-
-    loss, outputs = Pipeline(inputs, thetas)
-    return loss, tf.nest.map_structure(tf.stop_gradient, outputs)
+      return loop_executor.LoopExecutor(*args, loss_fn), batches
+    return executor.Executor(*args, training, loss_fn), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
@@ -399,24 +294,5 @@ class PipeliningLayer(base_layer.BaseLayer):
     return containers.ChainMeta(CellParams(params), input_shapes)
 
 
-def _Scale(grads: Sequence[Any], scale: tf.Tensor, device: str) -> List[Any]:
-  """`grads` times the scalar `scale` on `device` (None stays None): the
-  stored gradients of a loss, for an upstream gradient `scale` of it."""
-  with tf.device(device):
-    return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
-
-
 def _Name(p: hyperparams.Params) -> str:
   return 'schedule_text' if p.schedule_text else p.schedule.name
-
-
-def _CheckCellBoundaries(cells: Sequence[hyperparams.Params], shapes: tuple) -> Any:
-  """Chains FPropMeta through the cells so a shape clash fails at build;
-  returns the last cell's output shapes."""
-  for k, cp in enumerate(cells):
-    try:
-      shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
-    except (ValueError, TypeError) as e:
-      raise ValueError(f'Cell {k} does not accept the output of cell {k - 1} '
-                       f'(shapes {[str(s) for s in shapes]}): {e}') from e
-  return shapes

@@ -1,4 +1,4 @@
-"""The tensors a training-step loop carries (tick_loop, scheduled_loop):
+"""The tensors a training-step loop carries (loop_executor):
 specs of a nest, zeros and TensorArrays of specs, and rows gathered out of
 an array once the loop ends."""
 

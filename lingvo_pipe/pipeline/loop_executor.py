@@ -1,32 +1,27 @@
 """The executor as one tf.while_loop over clocks: any schedule, every replica, a graph that does not grow with M.
 
-The unrolled executor emits every action: 2-3 calls per (cell,
-micro-batch), and the time to the first step grows with them. Here one
-loop runs the clocks of loop_tables: per clock each device of each replica
-runs a tf.switch_case over its cells' F, X (B or I), W and KEPT branches,
-so the step holds a few calls per cell whatever M is. A lane is one cell of
-one replica (lane r*C + c); replica r reads copies of the variables on its
-own devices, and its gradients are added to replica 0's after the loop.
+Per clock of loop_tables each device of each replica runs a tf.switch_case
+over its cells' F, X (B or I), W and KEPT branches: a few calls per cell
+whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
+reads copies of the variables on its own devices, and its gradients are
+added to replica 0's after the loop.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
 activations, gradients, the last cell's outputs and loss gradients, the
 input gradients, and each micro-batch's deferred factor pairs. Every array
-is written every clock, at a spare slot when nothing is written there, so
-no write needs a condition; reads see the arrays as they were at the start
-of the clock. Weight gradients are added into the cells' accumulators
-(CellGradients.StartLoopStep, then ZeroAccumulators once a probe trace
-says which weights defer wholly). A B's factor pairs leave the loop and
-each weight takes one product after it; an I's wait in their array for
-its W, which adds their product at its clock.
+is written every clock (at a spare slot when nothing is due), so no write
+needs a condition; reads see the arrays as they were at the start of the
+clock. Weight gradients are added into the cells' accumulators
+(CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
+which weights defer wholly). A B's factor pairs leave the loop for one
+product per weight after it; an I's wait in their array for its W.
 
-Every micro-batch is recomputed in its backward (remat PER_LAYER per
-layer, every other policy the cell whole) except the last cell's KEPT
-ones. With the loss inside (Run) the last cell's F also computes its
-micro-batch's loss and output gradients; with the loss outside
-(Forwards, then Backwards with the gradients of the outputs) the step is
-two loops, the forwards' clocks and then the rest. The loss function is
-traced once: it must be a function of its micro-batch's outputs (and of
-tensors computed before the pipeline).
+Every micro-batch but the last cell's KEPT ones is recomputed in its
+backward (PER_LAYER per layer, other policies the cell whole). With the
+loss inside (Run) the last cell's F also computes its micro-batch's loss
+and output gradients, the loss function traced once; with the loss
+outside (Forwards, then Backwards) the step is two loops, the forwards'
+clocks and then the rest.
 """
 
 import dataclasses
@@ -39,6 +34,7 @@ from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
+from lingvo_pipe.pipeline import loop_probes
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
@@ -94,14 +90,17 @@ class LoopExecutor:
       with tf.device(row[0].device):
         flat = [tf.nest.flatten(x) for x in micro_inputs[r]]
         self._stacked_inputs.append([tf.stack(list(column)) for column in zip(*flat)])
-    self._out_structs, self._update_structs, self._loss_spec = self._Structures()
+    self._out_structs, self._update_structs, self._loss_spec = loop_probes.Structures(
+        self._runners[0], self._thetas[0], self._input_struct, loss_fn)
     self._out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
     self._upd_specs = [loop_arrays.Specs(s) for s in self._update_structs]
     self._in_specs = [loop_arrays.Specs(self._input_struct)] + self._out_specs[:-1]
     for row in self._runners:
       for runner in row:
         runner.gradients.StartLoopStep(num_micro)
-    self._layouts = self._FactorLayouts()
+    self._layouts = loop_probes.FactorLayouts(
+        self._runners, self._MicroTheta, [self._input_struct] + self._out_structs[:-1],
+        self._out_structs, self._decisions, tables.split, num_micro)
     self._factor_specs = [[s for _, specs in cell for s in specs] for cell in self._layouts]
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
@@ -157,52 +156,6 @@ class LoopExecutor:
     theta = self._thetas[r][c]
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
     return theta if seed is None else base_layer.WithStepSeed(theta, seed)
-
-  def _Structures(self) -> Tuple[List[Any], List[Any], Optional[tf.TensorSpec]]:
-    """Each cell's output and statistics structures and the loss's spec,
-    from a throwaway trace of the chain."""
-    def Chain():
-      x, outs, updates = self._input_struct, [], []
-      for c, runner in enumerate(self._runners[0]):
-        x, upd, _ = runner.Forward(self._thetas[0][c], x)
-        outs.append(x)
-        updates.append(upd)
-      loss = [executor.LossAndOutputGrads(self._loss_fn, x)[0]] if self._loss_fn else []
-      return outs, updates, loss
-
-    traced = tf.function(Chain, autograph=False).get_concrete_function()
-    outs, updates, loss = tf.nest.map_structure(
-        lambda t: tf.TensorSpec(t.shape, t.dtype), traced.structured_outputs)
-    return outs, updates, loss[0] if loss else None
-
-  def _FactorLayouts(self) -> List[List[Tuple[int, List[tf.TensorSpec]]]]:
-    """Per cell, the weight gradients its backward defers: (weight index,
-    specs of its flat factor pairs), from a throwaway trace of one backward
-    per lane (the functions the loop then calls, traced once)."""
-    indices: List[List[int]] = []
-
-    def Probe():
-      layouts = []
-      for r, row in enumerate(self._runners):
-        for c, runner in enumerate(row):
-          x = tf.nest.pack_sequence_as(self._input_struct if c == 0 else
-                                       self._out_structs[c - 1], loop_arrays.Zeros(self._in_specs[c]))
-          dy = tf.nest.pack_sequence_as(self._out_structs[c], loop_arrays.Zeros(self._out_specs[c]))
-          runner.Backward(self._MicroTheta(r, c, tf.constant(0)), x, dy,
-                          self._decisions[c], self._num_micro)
-          factors = self._TakeFactors(c, runner)
-          if r == 0:
-            indices.append(sorted(factors))
-            layouts.append([[f for pair in factors[i] for f in pair] for i in sorted(factors)])
-      return layouts
-
-    traced = tf.function(Probe, autograph=False).get_concrete_function()
-    return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
-            for cell_indices, cell in zip(indices, traced.structured_outputs)]
-
-  def _TakeFactors(self, c: int, runner: cell_runner.CellRunner) -> Dict[int, Any]:
-    gradients = runner.gradients
-    return gradients.TakeSplitFactors() if self._tables.split[c] else gradients.TakeFactors()
 
   def _InitialState(self) -> Dict[str, Any]:
     """The arrays and sums the loop carries, per lane or replica."""
@@ -337,7 +290,7 @@ class LoopExecutor:
       dy = tf.nest.pack_sequence_as(self._out_structs[c], [a.read(m % depth) for a in ring])
       dx = runner.Backward(self._MicroTheta(r, c, m), x, dy, self._decisions[c],
                            self._num_micro)
-      return _Flat(x, dx, self._TakeFactors(c, runner))
+      return _Flat(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
 
   def _Kept(self, r: int, m: tf.Tensor, state: Dict[str, Any]
             ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
@@ -352,18 +305,14 @@ class LoopExecutor:
       micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
       dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
       forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
-      return forward, _Flat(x, dx, self._TakeFactors(c, runner))
+      return forward, _Flat(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
 
   def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
     """W: the product of micro-batch m's factor pairs, from its I's array."""
     runner = self._runners[r][c]
-    flat = iter(state['factors'][r * self._num_cells + c])
-    pairs = {}
     with tf.device(runner.device):
-      for i, specs in self._layouts[c]:
-        values = [next(flat).read(m) for _ in specs]
-        pairs[i] = [(values[n], values[n + 1]) for n in range(0, len(values), 2)]
-      runner.WeightBackward(pairs)
+      runner.WeightBackward(_Pairs(state['factors'][r * self._num_cells + c],
+                                   self._layouts[c], lambda a: a.read(m)))
 
   def _Write(self, r: int, c: int, t: tf.Tensor, forward: List[tf.Tensor],
              backward: List[tf.Tensor], state: Dict[str, Any], new: Dict[str, Any],
@@ -416,13 +365,9 @@ class LoopExecutor:
       for c, runner in enumerate(row):
         lane = r * self._num_cells + c
         if not self._tables.split[c]:
-          flat = iter(state['factors'][lane])
-          pairs = {}
           with tf.device(runner.device):
-            for i, specs in self._layouts[c]:
-              rows = [loop_arrays.GatherRows(next(flat), micro) for _ in specs]
-              pairs[i] = [(rows[n], rows[n + 1]) for n in range(0, len(rows), 2)]
-          runner.gradients.PutFactors(pairs)
+            runner.gradients.PutFactors(_Pairs(state['factors'][lane], self._layouts[c],
+                                               lambda a: loop_arrays.GatherRows(a, micro)))
         per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
       grads.append(per_cell)
       with tf.device(row[0].device):
@@ -443,3 +388,13 @@ def _Flat(x: tuple, dx: List[Any], factors: Dict[int, Any]) -> List[tf.Tensor]:
   """A backward's flat input gradients (zeros for None), then its factors."""
   return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + [
       f for i in sorted(factors) for pair in factors[i] for f in pair]
+
+
+def _Pairs(arrays: Sequence[tf.TensorArray], layout: loop_probes.FactorLayout,
+           read: Any) -> Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]:
+  """Each deferring weight's factor pairs, read out of its flat arrays."""
+  flat, pairs = iter(arrays), {}
+  for i, specs in layout:
+    values = [read(next(flat)) for _ in specs]
+    pairs[i] = list(zip(values[0::2], values[1::2]))
+  return pairs

@@ -84,7 +84,7 @@ _MOMENTUM = "trainer.optimizer=enum('lingvo_pipe.base_experiment.OptimizerKind',
 
 
 # make test covers R=1 on workers (above) and R=2 on local devices
-# (tests/pipeline/test_replicas.py) instead.
+# (tests/pipeline/test_conformance.py) instead.
 @pytest.mark.slow
 def test_replicas_on_workers_equal_one_local_pipeline(tmp_path):
   """R=2 x K=2 over four workers (replica r's cell k on task 2r + k,

@@ -1,0 +1,80 @@
+"""Throwaway traces that tell a loop step what it carries between clocks.
+
+A tf.while_loop needs the structure and shape of everything it carries
+before its body is traced: each cell's outputs and statistics, the loss,
+and the factor pairs of the weight gradients each cell's backward defers
+(which weights defer is known only once a backward is traced). Both are
+read off concrete functions that are traced and never run; the backward
+probe traces the very functions the loop then calls (cell_runner caches
+them), so it costs no second trace.
+"""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import cell_gradients
+from lingvo_pipe.pipeline import cell_runner
+from lingvo_pipe.pipeline import executor
+from lingvo_pipe.pipeline import loop_arrays
+from lingvo_pipe.pipeline import remat
+
+# Per cell: (weight index, specs of its flat factor pairs) of each weight
+# whose gradient its backward defers.
+FactorLayout = List[Tuple[int, List[tf.TensorSpec]]]
+
+
+def TakeFactors(gradients: cell_gradients.CellGradients, split: bool) -> Dict[int, Any]:
+  """The factor pairs of the backward just run: a split one's (for its
+  W), else those kept for the step's end."""
+  return gradients.TakeSplitFactors() if split else gradients.TakeFactors()
+
+
+def Structures(runners: Sequence[cell_runner.CellRunner], thetas: Sequence[NestedMap],
+               inputs: tuple, loss_fn: Optional[executor.MicroLossFn]
+               ) -> Tuple[List[Any], List[Any], Optional[tf.TensorSpec]]:
+  """Each cell's output and statistics structures (as TensorSpecs) and the
+  loss's spec (None without loss_fn), from a trace of the chain."""
+  def Chain():
+    x, outs, updates = inputs, [], []
+    for runner, theta in zip(runners, thetas):
+      x, upd, _ = runner.Forward(theta, x)
+      outs.append(x)
+      updates.append(upd)
+    loss = [executor.LossAndOutputGrads(loss_fn, x)[0]] if loss_fn else []
+    return outs, updates, loss
+
+  traced = tf.function(Chain, autograph=False).get_concrete_function()
+  outs, updates, loss = tf.nest.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype), traced.structured_outputs)
+  return outs, updates, loss[0] if loss else None
+
+
+def FactorLayouts(runners: Sequence[Sequence[cell_runner.CellRunner]],
+                  micro_theta: Callable[[int, int, tf.Tensor], NestedMap],
+                  in_structs: Sequence[Any], out_structs: Sequence[Any],
+                  decisions: Sequence[remat.Decision], split: Sequence[bool],
+                  num_micro: int) -> List[FactorLayout]:
+  """Per cell its FactorLayout, from a trace of one backward per lane
+  ([replica][cell] runners; every lane defers alike)."""
+  indices: List[List[int]] = []
+
+  def Probe():
+    layouts = []
+    for r, row in enumerate(runners):
+      for c, runner in enumerate(row):
+        x = tf.nest.pack_sequence_as(in_structs[c], loop_arrays.Zeros(
+            loop_arrays.Specs(in_structs[c])))
+        dy = tf.nest.pack_sequence_as(out_structs[c], loop_arrays.Zeros(
+            loop_arrays.Specs(out_structs[c])))
+        runner.Backward(micro_theta(r, c, tf.constant(0)), x, dy, decisions[c], num_micro)
+        factors = TakeFactors(runner.gradients, split[c])
+        if r == 0:
+          indices.append(sorted(factors))
+          layouts.append([[f for pair in factors[i] for f in pair] for i in sorted(factors)])
+    return layouts
+
+  traced = tf.function(Probe, autograph=False).get_concrete_function()
+  return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
+          for cell_indices, cell in zip(indices, traced.structured_outputs)]

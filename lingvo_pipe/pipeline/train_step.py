@@ -1,0 +1,81 @@
+"""The two custom gradients a training step is: the loss outside the pipeline, or inside.
+
+Both wrap one executor step (`Start`: the step's executor and its batch
+cut into replicas x micro-batches, made inside the custom gradient) and
+take and return nests, as tf.custom_gradient does. The forward applies the
+cells' statistics (`apply_updates`).
+
+- LossOutside (FProp): the forward runs every F and returns the outputs;
+  the gradient function runs the rest of the schedule from the outer
+  tape's gradients of the outputs (fill-drain).
+- LossInside (FPropWithLoss): the forward runs every action, the losses
+  included, and keeps the gradients; the gradient function scales them by
+  the loss's upstream gradient. The outputs are returned for metrics and
+  are not differentiable.
+"""
+
+from typing import Any, Callable, List, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core.nested_map import NestedMap
+
+# (cell thetas, inputs) -> (executor, replica_batches.ReplicaBatches) of the step.
+Start = Callable[[List[NestedMap], tuple], Tuple[Any, Any]]
+ApplyUpdates = Callable[[List[NestedMap]], None]
+
+
+def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
+                thetas: List[NestedMap]) -> tuple:
+  """The outputs of the whole batch, differentiable by the outer tape."""
+
+  @tf.custom_gradient
+  def Pipeline(step_inputs, cell_thetas):
+    run, batches = start(cell_thetas, step_inputs)
+    last_outputs = run.Forwards()
+    outputs = batches.Outputs(last_outputs)
+    apply_updates(run.Updates())
+    flat_out = tf.nest.flatten(outputs)
+
+    def Grad(*dys, variables=None):
+      del variables  # the pipeline reads no variables; theta is passed in
+      dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
+      result = run.Backwards(batches.OutputGrads(last_outputs, dys))
+      return (batches.InputGrads(result.input_grads) +
+              [g for cell in result.theta_grads for g in cell])
+
+    return outputs, Grad
+
+  return Pipeline(inputs, thetas)
+
+
+def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
+               thetas: List[NestedMap], devices: Sequence[str]) -> Tuple[tf.Tensor, tuple]:
+  """(loss, outputs); `devices` are the cells' (where each cell's
+  gradients are scaled)."""
+
+  @tf.custom_gradient
+  def Pipeline(step_inputs, cell_thetas):
+    run, batches = start(cell_thetas, step_inputs)
+    result = run.Run()
+    outputs = batches.Outputs(result.last_outputs)
+    d_inputs = batches.InputGrads(result.input_grads)
+    apply_updates(result.updates)
+
+    def Grad(d_loss, *unused_d_outputs, variables=None):
+      grads = _Scale(d_inputs, d_loss, devices[0])
+      for k, cell_grads in enumerate(result.theta_grads):
+        grads += _Scale(cell_grads, d_loss, devices[k])
+      return (grads, [None] * len(variables)) if variables else grads
+
+    return (result.loss, outputs), Grad
+
+  loss, outputs = Pipeline(inputs, thetas)
+  return loss, tf.nest.map_structure(tf.stop_gradient, outputs)
+
+
+def _Scale(grads: Sequence[Any], scale: tf.Tensor, device: str) -> List[Any]:
+  """`grads` times the scalar `scale` on `device` (None stays None): the
+  stored gradients of a loss, for an upstream gradient `scale` of it."""
+  with tf.device(device):
+    return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
