@@ -251,11 +251,11 @@ class Executor:
     for action in order:
       for r in range(self._plan.num_replicas):
         if action.kind == ActionKind.F:
-          self._Forward(r, action.cell, action.micro_batch)
+          self._Forward(r, action.cell, action.micro)
         elif action.kind in (ActionKind.B, ActionKind.I):
-          self._Backward(r, action.cell, action.micro_batch)
+          self._Backward(r, action.cell, action.micro)
         elif action.kind == ActionKind.W:
-          self._WeightBackward(r, action.cell, action.micro_batch)
+          self._WeightBackward(r, action.cell, action.micro)
 
   def _After(self, r: int, c: int):
     """A context whose ops wait for the device's previous action. Control
@@ -300,6 +300,7 @@ class Executor:
     """B, or I: the input gradient goes to the previous cell (or out)."""
     runner = self._runners[r][c]
     done = self._forwards.pop((r, c, m))
+    assert done.decision is not None, 'a backward of an evaluation forward'
     dy = tf.nest.pack_sequence_as(done.outputs, self._output_grads.pop((r, c, m)))
     with self._After(r, c):
       if done.recording is not None:

@@ -68,18 +68,15 @@ class LoopExecutor:
         for row in plan.replica_devices[1:self._num_replicas]]
     self._micro_size = micro_size
     self._loss_fn = loss_fn
-    per_layer = plan.policy == remat.RematPolicy.PER_LAYER
+    kept = remat.Decide(plan.policy, plan.remat_last_micro_batch, 0, num_micro,
+                        backward_follows=True)
+    self._tables = tables = loop_tables.Build(plan.Actions(num_micro),
+                                              loss_fn is not None and kept.record)
     defer = plan.policy == remat.RematPolicy.PER_CELL
-    self._kept_decision = remat.Decide(plan.policy, plan.remat_last_micro_batch,
-                                       0, num_micro, backward_follows=True)
-    self._tables = tables = loop_tables.Build(
-        plan.Actions(num_micro), loss_fn is not None and self._kept_decision.record)
-    self._decisions = [
-        remat.Decision(record=False, inline=False, per_layer=per_layer, defer=defer,
-                       split=defer and tables.split[c]) for c in range(self._num_cells)]
-    last = self._num_cells - 1
-    self._kept_decision = dataclasses.replace(
-        self._kept_decision, split=self._kept_decision.defer and tables.split[last])
+    self._decisions = [remat.Decision(
+        record=False, inline=False, per_layer=plan.policy == remat.RematPolicy.PER_LAYER,
+        defer=defer, split=defer and split) for split in tables.split]
+    self._kept_decision = dataclasses.replace(kept, split=kept.defer and tables.split[-1])
     self._branches = tf.constant(tables.branches)
     self._micro = tf.constant(tables.micro)
     self._used = {(d, int(b)) for d in range(tables.branches.shape[1])
@@ -134,6 +131,8 @@ class LoopExecutor:
   def Forwards(self) -> List[List[tuple]]:
     """The forwards' clocks (the loss outside): [replica][micro-batch] the
     last cell's outputs."""
+    if self._tables.forward_clocks is None:  # FProp checked plan.ForwardsFirst
+      raise ValueError('Forwards needs every forward before any backward.')
     self._state = self._Loop(0, self._tables.forward_clocks, self._state)
     return self._LastOutputs()
 
@@ -147,7 +146,7 @@ class LoopExecutor:
         dys.append([a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
                     for a, column in zip(state['dys'][r], zip(*per_micro))])
     state['dys'] = dys
-    self._state = self._Loop(self._tables.forward_clocks, self._tables.num_clocks, state)
+    self._state = self._Loop(self._tables.forward_clocks or 0, self._tables.num_clocks, state)
     return self._Result()
 
   # --- setup -----------------------------------------------------------------
@@ -178,7 +177,7 @@ class LoopExecutor:
       with tf.device(row[-1].device):
         state['dys'].append(loop_arrays.Arrays(self._out_specs[last], dy_size))
         state['outs'].append(loop_arrays.Arrays(self._out_specs[last], num_micro + 1))
-        if self._loss_fn:
+        if self._loss_spec is not None:
           state['losses'].append(tf.zeros([], self._loss_spec.dtype))
       with tf.device(row[0].device):
         state['d_inputs'].append(loop_arrays.Arrays(self._in_specs[0], num_micro + 1))
@@ -302,6 +301,7 @@ class LoopExecutor:
       x = self._Inputs(r, c, m, state)
       out, upd, recording = runner.Forward(self._MicroTheta(r, c, m), x,
                                            self._kept_decision, self._num_micro)
+      assert self._loss_fn is not None and recording is not None  # KEPT's premises
       micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
       dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
       forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy

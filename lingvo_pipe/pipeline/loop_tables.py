@@ -21,7 +21,7 @@ micro-batches in flight.
 """
 
 import dataclasses
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -112,25 +112,24 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
   clocks: Dict[_Key, int] = {}
   kinds = {ActionKind.F: F, ActionKind.B: X, ActionKind.I: X, ActionKind.W: W}
   backward_kinds: Dict[int, set] = {c: set() for c in range(num_cells)}
-  for row in timeline:
-    for t in row:
-      a = t.action
-      if a.kind in kinds:
-        clocks[(kinds[a.kind], a.cell, a.micro_batch)] = int(t.start)
-      if a.kind in actions.INPUT_BACKWARDS:
-        backward_kinds[a.cell].add(a.kind)
+  for timed_row in timeline:
+    for t in timed_row:
+      if t.action.kind in kinds:
+        clocks[(kinds[t.action.kind], t.action.cell, t.action.micro)] = int(t.start)
+      if t.action.kind in actions.INPUT_BACKWARDS:
+        backward_kinds[t.action.cell].add(t.action.kind)
   mixed = [c for c, k in backward_kinds.items() if len(k) > 1]
   if mixed:
     raise ValueError(f'Cell {mixed[0]} runs both B and I backwards; a loop step '
                      'traces one backward per cell: use one kind per cell.')
   split = tuple(ActionKind.I in backward_kinds[c] for c in range(num_cells))
-  kept = set()
+  kept: Set[int] = set()
   if keep_last:
     for row in schedule.devices:
       for a, b in zip(row, row[1:]):
         if (a.kind == ActionKind.F and a.cell == last and
-            b.kind in actions.INPUT_BACKWARDS and (b.cell, b.micro_batch) == (last, a.micro_batch)):
-          kept.add(a.micro_batch)
+            b.kind in actions.INPUT_BACKWARDS and (b.cell, b.micro) == (last, a.micro)):
+          kept.add(a.micro)
   for m in kept:
     clocks[(X, last, m)] = clocks[(F, last, m)]
   num_clocks = 1 + max(int(t.start) for row in timeline for t in row)

@@ -105,11 +105,11 @@ class Plan:
         if a.kind != ActionKind.F:
           continue
         follows = (after is not None and after.kind in actions.INPUT_BACKWARDS
-                   and (after.cell, after.micro_batch) == (a.cell, a.micro_batch))
+                   and (after.cell, after.micro) == (a.cell, a.micro))
         decision = remat.Decide(self.policy, self.remat_last_micro_batch,
-                                a.micro_batch, num_micro, backward_follows=follows)
-        split = schedule.InputBackward(a.cell, a.micro_batch).kind == ActionKind.I
-        decisions[(a.cell, a.micro_batch)] = dataclasses.replace(
+                                a.micro, num_micro, backward_follows=follows)
+        split = schedule.InputBackward(a.cell, a.micro).kind == ActionKind.I
+        decisions[(a.cell, a.micro)] = dataclasses.replace(
             decision, split=split and decision.defer)
     return decisions
 

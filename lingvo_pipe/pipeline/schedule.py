@@ -111,7 +111,7 @@ def FromActions(schedule: actions.Schedule) -> List[Task]:
   timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
   phases = {actions.ActionKind.F: Phase.FORWARD, actions.ActionKind.B: Phase.BACKWARD,
             actions.ActionKind.I: Phase.BACKWARD}
-  tasks = [Task(int(t.start), t.action.cell, t.action.micro_batch,
+  tasks = [Task(int(t.start), t.action.cell, t.action.micro,
                 phases[t.action.kind], t.device)
            for row in timeline for t in row if t.action.kind in phases]
   return sorted(tasks, key=lambda t: (t.clock, t.device))

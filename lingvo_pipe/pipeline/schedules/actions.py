@@ -62,6 +62,12 @@ class Action:
       raise ValueError(f'{self.kind.name} needs a micro-batch >= 0, got '
                        f'{self.micro_batch!r}.')
 
+  @property
+  def micro(self) -> int:
+    """The micro-batch of an F, B, I or W."""
+    assert self.micro_batch is not None, f'{self} has no micro-batch'
+    return self.micro_batch
+
   def __str__(self) -> str:
     suffix = '' if self.micro_batch is None else str(self.micro_batch)
     return f'{self.cell}{self.kind.value}{suffix}'
