@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
 from trainer import checkpoints
 from trainer import cluster_client
@@ -101,7 +101,7 @@ class RunContext:
       return
     self._devices_configured = True
     if self.cluster is not None:
-      needed = cluster.DevicesNeeded(self.params.task)
+      needed = device_mapping.DevicesNeeded(self.params.task)
       if needed > len(self.cluster.Tasks()):
         raise UserError(
             f'The model needs {needed} devices (cells x replicas / '
@@ -123,7 +123,7 @@ class RunContext:
     if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
       return
     wanted = self.options.num_logical_devices or max(
-        cluster.DevicesNeeded(self.params.task),
+        device_mapping.DevicesNeeded(self.params.task),
         self.params.trainer.num_logical_devices, 1)
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(

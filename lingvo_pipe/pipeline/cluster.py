@@ -2,11 +2,10 @@
 
 import dataclasses
 import enum
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from lingvo_pipe.core import hyperparams
 
 
 class DeviceType(enum.Enum):
@@ -67,32 +66,6 @@ def WorkerDevices(num_tasks: int, job: str = 'worker',
   return [Device(device_type, 0, job, t) for t in range(num_tasks)]
 
 
-def PlaceCells(num_cells: int, devices: Optional[Sequence[Device]] = None,
-               check_exists: bool = True) -> List[Device]:
-  """Returns the device of each cell: cell k on devices[k].
-
-  Args:
-    num_cells: K.
-    devices: candidate devices; None means LocalDevices().
-    check_exists: verify that local devices exist in this process.
-
-  Raises:
-    ValueError: if there are fewer devices than cells, or a device is missing.
-  """
-  if num_cells < 1:
-    raise ValueError(f'num_cells must be >= 1, got {num_cells}.')
-  devices = list(devices) if devices is not None else LocalDevices()
-  if len(devices) < num_cells:
-    raise ValueError(
-        f'{num_cells} cells need {num_cells} devices but only {len(devices)} '
-        f'are given ({[d.name for d in devices]}); lower the number of cells '
-        'or add devices (e.g. more logical CPU devices, see '
-        'tf.config.set_logical_device_configuration).')
-  if check_exists:
-    CheckLocalDevicesExist(devices[:num_cells])
-  return devices[:num_cells]
-
-
 def CheckLocalDevicesExist(devices: Sequence[Device]) -> None:
   """Raises ValueError naming a local device (job None) that this process
   does not have; devices of cluster jobs are not checked here."""
@@ -101,25 +74,3 @@ def CheckLocalDevicesExist(devices: Sequence[Device]) -> None:
     if d.job is None and d not in known:
       raise ValueError(f'Device {d.name!r} does not exist in this process; '
                        f'existing devices: {sorted(k.name for k in known)}.')
-
-
-def DevicesNeeded(params: Any) -> int:
-  """The most devices any pipeline in these (nested) params asks for: its
-  devices (cells over interleaved cells per device) times its replicas,
-  over its consecutive cells per device."""
-  found = 1
-  if isinstance(params, hyperparams.Params):
-    if 'num_partitions' in params and 'cell_tpl' in params:
-      splits = len(params.splits) + 1 if params.splits else 0
-      cells = max(params.num_partitions, len(params.cell_tpl), splits)
-      value = lambda key, default: params.Get(key) if key in params else default
-      stages = cells // max(value('cells_per_device', 1), 1)
-      replicas = max(value('num_replicas', 1), 1)
-      per_device = value('consecutive_cells_per_device', 0) or 1
-      found = max(found, -(-stages * replicas // per_device))
-    for _, value in params.IterParams():
-      found = max(found, DevicesNeeded(value))
-  elif isinstance(params, (list, tuple)):
-    for value in params:
-      found = max(found, DevicesNeeded(value))
-  return found

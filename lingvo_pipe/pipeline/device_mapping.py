@@ -10,12 +10,15 @@ cores are named by the same rule (GpuDevices), or by a TPU device
 assignment (TpuDeviceAssignment, TpuPlaces).
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from lingvo_pipe.core import hyperparams
 from lingvo_pipe.pipeline import cluster
+from lingvo_pipe.pipeline import schedule_text
+from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.cluster import Device, DeviceType
 
 Places = List[List[Device]]  # [replica][cell]
@@ -35,6 +38,38 @@ def DefaultDevices() -> List[Device]:
       first_of_task.setdefault(d.task, d)
     return [first_of_task[t] for t in sorted(first_of_task)]
   return cluster.LocalDevices()
+
+
+def DevicesNeeded(params: Any) -> int:
+  """The most devices any pipeline in these (nested) params asks for: its
+  devices (a schedule's cells over its cells per device, or a schedule
+  text's lines) times its replicas, over its consecutive cells per device
+  (NumDevicesNeeded)."""
+  found = 1
+  if isinstance(params, hyperparams.Params):
+    if 'num_partitions' in params and 'cell_tpl' in params:
+      found = max(found, NumDevicesNeeded(_PipelineDevices(params), max(params.num_replicas, 1),
+                                          params.consecutive_cells_per_device))
+    for _, value in params.IterParams():
+      found = max(found, DevicesNeeded(value))
+  elif isinstance(params, (list, tuple)):
+    for value in params:
+      found = max(found, DevicesNeeded(value))
+  return found
+
+
+def _PipelineDevices(p: hyperparams.Params) -> int:
+  """K of PipeliningLayer params, before any partition."""
+  if p.schedule_text:
+    return schedule_text.Parse(p.schedule_text).num_devices
+  splits = len(p.splits) + 1 if p.splits else 0
+  cells = max(p.num_partitions, len(p.cell_tpl), splits, 1)
+  try:
+    v = built_in.CellsPerDevice(p.schedule, p.cells_per_device if (
+        p.schedule == built_in.ScheduleKind.INTERLEAVED or p.cells_per_device != 1) else None)
+  except (TypeError, ValueError):
+    v = 1  # the pipeline's build says what is wrong
+  return max(cells // max(v, 1), 1)
 
 
 def NumDevicesNeeded(num_cells: int, num_replicas: int, consecutive_cells_per_device: int) -> int:

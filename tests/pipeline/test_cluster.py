@@ -27,23 +27,3 @@ def test_local_devices_are_the_logical_cpus():
   assert all(d.device_type == DeviceType.CPU and d.job is None for d in devices)
 
 
-def test_place_cells():
-  placed = cluster.PlaceCells(3)
-  assert [d.index for d in placed] == [0, 1, 2]
-  workers = cluster.WorkerDevices(2)
-  assert cluster.PlaceCells(2, workers) == workers
-
-
-def test_more_cells_than_devices():
-  with pytest.raises(ValueError, match='9 cells need 9 devices but only 8'):
-    cluster.PlaceCells(9)
-
-
-def test_missing_device():
-  with pytest.raises(ValueError, match='CPU:42.*does not exist'):
-    cluster.PlaceCells(1, [Device.Parse('CPU:42')])
-
-
-def test_zero_cells():
-  with pytest.raises(ValueError, match='num_cells must be >= 1, got 0'):
-    cluster.PlaceCells(0)

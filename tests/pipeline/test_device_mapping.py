@@ -89,3 +89,22 @@ def test_tpu_errors():
 def test_missing_local_device():
   with pytest.raises(ValueError, match='CPU:42.*does not exist'):
     device_mapping.PlaceReplicas(1, 2, [Device.Parse('CPU:0'), Device.Parse('CPU:42')])
+
+
+def test_devices_needed_follow_the_schedule():
+  """K from the schedule (ZB-V and interleaved put 2 cells on a device, a
+  text has a line per device), times R, over consecutive cells; the most
+  over nested pipelines."""
+  from lingvo_pipe.pipeline import gpipe  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind  # pylint: disable=g-import-not-at-top
+
+  def Pipe(**kwargs):
+    return gpipe.PipeliningLayer.Params().Set(**dict(dict(name='p', num_partitions=4), **kwargs))
+
+  assert device_mapping.DevicesNeeded(Pipe()) == 4
+  assert device_mapping.DevicesNeeded(Pipe(schedule=ScheduleKind.ZB_V)) == 2
+  assert device_mapping.DevicesNeeded(Pipe(schedule=ScheduleKind.INTERLEAVED,
+                                           cells_per_device=2, num_replicas=3)) == 6
+  assert device_mapping.DevicesNeeded(Pipe(schedule_text='0F0,0B0;1F0,1B0;2F0,2B0')) == 3
+  assert device_mapping.DevicesNeeded(Pipe(num_replicas=2, consecutive_cells_per_device=4)) == 2
+  assert device_mapping.DevicesNeeded([Pipe(), Pipe(num_partitions=6)]) == 6
