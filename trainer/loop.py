@@ -15,6 +15,7 @@ import tensorflow as tf
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import precision
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
 from trainer import checkpoint_keys
@@ -146,8 +147,13 @@ class Trainer:
     theta = base_layer.WithStepSeed(self.task.theta, step_seed)
     scale = self.loss_scale
     with tf.GradientTape() as tape:
-      metrics = self.task.FProp(theta, batch)
-      objective = metrics.loss if scale is None else scale.ScaleLoss(metrics.loss)
+      if scale is None:
+        metrics = self.task.FProp(theta, batch)
+        objective = metrics.loss
+      else:
+        with precision.LossScaling(scale.scale):
+          metrics = self.task.FProp(theta, batch)
+        objective = scale.ScaleLoss(metrics.loss)
     grads = tape.gradient(objective, self.variables)
     grads = [tf.convert_to_tensor(g) for g in grads]
     if scale is not None:

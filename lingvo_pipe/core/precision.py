@@ -28,13 +28,37 @@ their float32 part (core/float32_islands). A pipeline casts each cell's weights 
 device, with `CastTheta`; the layers' own casts are then no-ops.
 """
 
-from typing import Any, List, Optional
+import contextlib
+import contextvars
+from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
 # Compute dtypes a layer may have; others (float64) work as well but are
 # not mixed precision.
 REDUCED_DTYPES = (tf.bfloat16, tf.float16)
+
+_LOSS_SCALE: contextvars.ContextVar[Optional[tf.Tensor]] = contextvars.ContextVar(
+    'lingvo_pipe_loss_scale', default=None)
+
+
+@contextlib.contextmanager
+def LossScaling(scale: tf.Tensor) -> Iterator[None]:
+  """Inside, the training objective is the loss times `scale` (a float32
+  scalar; dynamic loss scaling of float16). Whoever takes a loss's gradient
+  inside a layer, before the outer tape (a pipeline with the loss inside),
+  scales it by LossScale() so that the float16 backward sees scaled
+  gradients, as it would under the outer tape."""
+  token = _LOSS_SCALE.set(scale)
+  try:
+    yield
+  finally:
+    _LOSS_SCALE.reset(token)
+
+
+def LossScale() -> Optional[tf.Tensor]:
+  """The scale of the innermost LossScaling, or None."""
+  return _LOSS_SCALE.get()
 
 
 def ComputeDtype(params: Any) -> tf.DType:

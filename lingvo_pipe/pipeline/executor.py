@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
@@ -112,16 +113,21 @@ def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
 def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple
                        ) -> Tuple[tf.Tensor, List[Any]]:
   """The micro-batch loss and its gradient of each flat output (zeros for
-  outputs it does not use or that are not floating point)."""
+  outputs it does not use or that are not floating point), the gradient
+  of the loss times precision.LossScale() under loss scaling (so the
+  backwards that start from it are scaled: train_step.LossInside
+  divides it out again)."""
   flat = tf.nest.flatten(outputs)
   diff = [x for x in flat if IsDifferentiable(x)]
+  scale = precision.LossScale()
   with tf.GradientTape(watch_accessed_variables=False) as tape:
     tape.watch(diff)
     loss = loss_fn(containers.UnwrapSingle(outputs))
-  if not (isinstance(loss, tf.Tensor) and loss.shape.rank == 0):
-    raise ValueError(f'The per-micro-batch loss function must return a '
-                     f'scalar tensor; it returned {loss!r}.')
-  grads = iter(tape.gradient(loss, diff,
+    if not (isinstance(loss, tf.Tensor) and loss.shape.rank == 0):
+      raise ValueError(f'The per-micro-batch loss function must return a '
+                       f'scalar tensor; it returned {loss!r}.')
+    objective = loss if scale is None else loss * tf.cast(scale, loss.dtype)
+  grads = iter(tape.gradient(objective, diff,
                              unconnected_gradients=tf.UnconnectedGradients.ZERO))
   return loss, [next(grads) if IsDifferentiable(x) else tf.zeros_like(x)
                 for x in flat]

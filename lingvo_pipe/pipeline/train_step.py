@@ -10,7 +10,8 @@ cells' statistics (`apply_updates`).
   tape's gradients of the outputs (fill-drain).
 - LossInside (FPropWithLoss): the forward runs every action, the losses
   included, and keeps the gradients; the gradient function scales them by
-  the loss's upstream gradient. The outputs are returned for metrics and
+  the loss's upstream gradient (over the loss scale, under
+  precision.LossScaling, whose scaled gradients the backwards ran with). The outputs are returned for metrics and
   are not differentiable.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Callable, List, Sequence, Tuple
 
 import tensorflow as tf
 
+from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 
 # (cell thetas, inputs) -> (executor, replica_batches.ReplicaBatches) of the step.
@@ -54,6 +56,8 @@ def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
   """(loss, outputs); `devices` are the cells' (where each cell's
   gradients are scaled)."""
 
+  loss_scale = precision.LossScale()
+
   @tf.custom_gradient
   def Pipeline(step_inputs, cell_thetas):
     run, batches = start(cell_thetas, step_inputs)
@@ -63,6 +67,8 @@ def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
     apply_updates(result.updates)
 
     def Grad(d_loss, *unused_d_outputs, variables=None):
+      if loss_scale is not None:  # the stored gradients are of the scaled loss
+        d_loss = d_loss / tf.cast(loss_scale, d_loss.dtype)
       grads = _Scale(d_inputs, d_loss, devices[0])
       for k, cell_grads in enumerate(result.theta_grads):
         grads += _Scale(cell_grads, d_loss, devices[k])

@@ -280,3 +280,35 @@ def test_language_model_task_trains_the_same_under_every_schedule():
       transparency.AssertClose(m1[key], m0[key], key)
     for a, b in zip(g1, g0):
       transparency.AssertClose(a, b, 'gradient')
+
+
+@pytest.mark.parametrize('loop', [0, 2])
+def test_loss_inside_honours_loss_scaling(loop):
+  """Under precision.LossScaling(s) (the trainer's float16 loss scaling)
+  the backwards inside the pipeline start from s times the loss's
+  gradient, and the outer tape, which differentiates s * loss, gets s
+  times the unscaled gradients: divided by s, they equal them."""
+  from lingvo_pipe.core import precision  # pylint: disable=g-import-not-at-top
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1,
+                         loop_min_micro_batches=loop)
+  x = tf.random.stateless_normal(shape, [4, 2])
+  variables = list(pipe.trainable_variables)
+
+  @tf.function(autograph=False)
+  def Grads(scale):
+    with tf.GradientTape() as tape:
+      if scale is None:
+        loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+        objective = loss
+      else:
+        with precision.LossScaling(tf.constant(scale)):
+          loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+        objective = loss * scale
+    return loss, tape.gradient(objective, variables)
+
+  loss, grads = Grads(None)
+  scaled_loss, scaled = Grads(1024.0)
+  transparency.AssertClose(scaled_loss, loss, 'loss')
+  for g, s in zip(grads, scaled):
+    transparency.AssertClose(s / 1024.0, g, 'gradient')
