@@ -11,7 +11,7 @@ inspection read it; nobody derives these again.
 
 import dataclasses
 import functools
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
@@ -122,11 +122,6 @@ class Plan:
         return False
     return True
 
-  def SplitsBackwards(self, num_micro: int) -> bool:
-    """Whether the schedule has I and W actions."""
-    return any(a.kind == ActionKind.W for row in self.Actions(num_micro).devices
-               for a in row)
-
 
 def FromParams(p: Any, num_cells: int,
                devices: Optional[Sequence[cluster.Device]] = None,
@@ -235,9 +230,3 @@ def _Order(schedule: actions.Schedule) -> Tuple[Action, ...]:
   timed = sorted((t for row in timeline for t in row),
                  key=lambda t: (t.start, t.device))
   return tuple(t.action for t in timed)
-
-
-def CellsOnDevices(plan: Plan) -> List[List[int]]:
-  """Per device index, its cells in order."""
-  return [[c for c in range(plan.num_cells) if plan.cell_devices[c] == d]
-          for d in range(plan.num_devices)]
