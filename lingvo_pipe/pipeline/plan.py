@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import schedule as clock_tables
 from lingvo_pipe.pipeline import schedule_text
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import actions
@@ -209,14 +210,10 @@ def _Actions(spec: ScheduleSpec, num_devices: int, cells_per_device: int,
           f'M={num_micro}; set num_micro_batches={schedule.num_micro_batches} '
           'or write the text for this M.')
   else:
-    if spec == ScheduleKind.INTERLEAVED and num_micro % num_devices:
-      raise ValueError(
-          f'PipeliningLayer {name!r}: the interleaved schedule runs '
-          f'micro-batches in groups of K: num_micro_batches={num_micro} must be '
-          f'a multiple of the number of devices K={num_devices}; use M='
-          f'{num_micro + (-num_micro) % num_devices}.')
-    schedule = built_in.Build(spec, num_devices, num_micro,
-                              cells_per_device if spec == ScheduleKind.INTERLEAVED else None)
+    try:
+      schedule = clock_tables.Actions(spec, num_devices, num_micro, cells_per_device)
+    except ValueError as e:
+      raise ValueError(f'PipeliningLayer {name!r}: {e}') from None
   try:
     simulate.Simulate(schedule)  # validates
   except ValueError as e:

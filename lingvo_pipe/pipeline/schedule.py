@@ -94,6 +94,18 @@ def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
   """Raises ValueError naming the value and the fix unless the schedule can
   run K=num_devices devices with v=cells_per_device cells each and M
   micro-batches."""
+  Actions(kind, num_devices, num_micro_batches, cells_per_device)
+
+
+def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
+            cells_per_device: int = 1) -> actions.Schedule:
+  """The actions of built-in schedule `kind` (built_in.Build; v is the
+  schedule's own unless INTERLEAVED or given other than 1).
+
+  Raises:
+    TypeError, ValueError: naming the value and the fix, for sizes the
+      schedule cannot run.
+  """
   if not isinstance(kind, ScheduleKind):
     raise TypeError(f'kind must be a ScheduleKind, got {kind!r}.')
   if kind == ScheduleKind.INTERLEAVED and num_micro_batches % num_devices:
@@ -102,7 +114,8 @@ def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
         f'num_micro_batches={num_micro_batches} must be a multiple of the '
         f'number of devices K={num_devices}; use M='
         f'{num_micro_batches + (-num_micro_batches) % num_devices}.')
-  built_in.Build(kind, num_devices, num_micro_batches, _V(kind, cells_per_device))
+  v = cells_per_device if kind == ScheduleKind.INTERLEAVED or cells_per_device != 1 else None
+  return built_in.Build(kind, num_devices, num_micro_batches, v)
 
 
 def FromActions(schedule: actions.Schedule) -> List[Task]:
@@ -124,14 +137,7 @@ def Tasks(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
   Raises:
     ValueError: for sizes the schedule cannot run (CheckShape).
   """
-  CheckShape(kind, num_devices, num_micro_batches, cells_per_device)
-  return FromActions(built_in.Build(kind, num_devices, num_micro_batches,
-                                    _V(kind, cells_per_device)))
-
-
-def _V(kind: ScheduleKind, cells_per_device: int):
-  """v as built_in.Build takes it: None for a schedule's own v (1 given)."""
-  return cells_per_device if kind == ScheduleKind.INTERLEAVED or cells_per_device != 1 else None
+  return FromActions(Actions(kind, num_devices, num_micro_batches, cells_per_device))
 
 
 def ClockTable(tasks: Sequence[Task]) -> str:
