@@ -198,7 +198,7 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
   if memory:
     lines += ['## 1F1B against fill-drain (transformer-act, K=4, M=8)', '',
               'Allocator (BFC) peak of a training step and step time, medians '
-              f"over {results.get('repeats', '?')} "
+              f"over {len(next(iter(memory.values()))['runs'])} "
               'fresh processes per row, rows alternating.', '']
     rows = []
     for remat in ('none', 'per_cell'):
