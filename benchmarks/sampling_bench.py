@@ -35,12 +35,12 @@ flags.DEFINE_integer('repeats', 5, 'Timed runs of each sampler, alternating.')
 def main(argv) -> None:
   del argv
   from lingvo_pipe import model_registry  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import cluster
+  from lingvo_pipe.pipeline import device_mapping
   from lingvo_pipe.tasks.lm import sampler
   task_params = model_registry.GetExperiment(FLAGS.model).Task()
   cpu = tf.config.list_physical_devices('CPU')[0]
   tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * cluster.DevicesNeeded(task_params))
+      cpu, [tf.config.LogicalDeviceConfiguration()] * device_mapping.DevicesNeeded(task_params))
   task = task_params.Instantiate()
   prompt = np.random.RandomState(0).randint(32, 127, [FLAGS.batch, FLAGS.prompt]).astype(np.int32)
   samplers = {'cached': sampler.CachedSampler(task.stack, FLAGS.batch),

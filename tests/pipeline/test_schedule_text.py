@@ -7,11 +7,11 @@ from lingvo_pipe.pipeline import validate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 
-BuiltIn = built_in.ScheduleKind
+ScheduleKind = built_in.ScheduleKind
 
 
 def test_format_writes_one_csv_line_per_device():
-  assert schedule_text.Format(built_in.Build(BuiltIn.ONE_F_ONE_B, 2, 2)) == (
+  assert schedule_text.Format(built_in.Build(ScheduleKind.ONE_F_ONE_B, 2, 2)) == (
       '0F0,0F1,0B0,0B1\n'
       '1F0,1B0,1F1,1B1\n')
 
@@ -25,8 +25,8 @@ def test_parse_action():
 
 
 @pytest.mark.parametrize('kind,k,m,v', [
-    (kind, k, m, v) for kind in BuiltIn for k in (1, 2, 4) for m in (1, 3, 8)
-    for v in ((2, 3) if kind == BuiltIn.INTERLEAVED else (None,))])
+    (kind, k, m, v) for kind in ScheduleKind for k in (1, 2, 4) for m in (1, 3, 8)
+    for v in ((2, 3) if kind == ScheduleKind.INTERLEAVED else (None,))])
 def test_every_built_in_schedule_round_trips(kind, k, m, v):
   s = built_in.Build(kind, k, m, v)
   assert schedule_text.Parse(schedule_text.Format(s)) == s
@@ -39,7 +39,7 @@ def test_pytorch_csv_with_idle_fields_parses_as_the_built_in_1f1b():
   text = ('0F0,0F1,0F2,,,0B0,0F3,0B1,,0B2,,0B3\n'
           ',1F0,1F1,,1B0,1F2,1B1,1F3,1B2,,1B3\n'
           ',,2F0,2B0,2F1,2B1,2F2,2B2,2F3,2B3\n')
-  assert schedule_text.Parse(text) == built_in.Build(BuiltIn.ONE_F_ONE_B, 3, 4)
+  assert schedule_text.Parse(text) == built_in.Build(ScheduleKind.ONE_F_ONE_B, 3, 4)
 
 
 def test_a_hand_written_zb_h1_equals_the_built_in_one():
@@ -51,7 +51,7 @@ def test_a_hand_written_zb_h1_equals_the_built_in_one():
 """
   parsed = schedule_text.Parse(text)
   validate.Validate(parsed)
-  assert parsed == built_in.Build(BuiltIn.ZB_H1, 3, 4)
+  assert parsed == built_in.Build(ScheduleKind.ZB_H1, 3, 4)
 
 
 def test_a_hand_written_zb_v_places_cells_in_a_v():
@@ -59,7 +59,7 @@ def test_a_hand_written_zb_v_places_cells_in_a_v():
       '0F0,0F1,3F0,3I0,3W0,3F1,3I1,3W1,0I0,0W0,0I1,0W1\n'
       '1F0,2F0,1F1,2F1,2I0,2W0,1I0,1W0,2I1,2W1,1I1,1W1\n')
   assert parsed.cell_devices == (0, 1, 1, 0)
-  assert parsed == built_in.Build(BuiltIn.ZB_V, 2, 2)
+  assert parsed == built_in.Build(ScheduleKind.ZB_V, 2, 2)
 
 
 @pytest.mark.parametrize('text,match', [

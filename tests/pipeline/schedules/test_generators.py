@@ -10,7 +10,7 @@ from lingvo_pipe.pipeline.schedules import interleaved
 from lingvo_pipe.pipeline.schedules import one_f_one_b
 from lingvo_pipe.pipeline.schedules import zero_bubble
 
-BuiltIn = built_in.ScheduleKind
+ScheduleKind = built_in.ScheduleKind
 
 
 def _Rows(s: actions.Schedule):
@@ -101,9 +101,9 @@ def test_zb_v_fewer_micro_batches_than_planned_drops_the_missing_ones():
       '1F0 2F0 1F1 2F1 2I0 2W0 1I0 1W0 2I1 2W1 1I1 1W1']
 
 
-_GRID = [(kind, k, m, v) for kind in BuiltIn for k in (1, 2, 3, 4)
+_GRID = [(kind, k, m, v) for kind in ScheduleKind for k in (1, 2, 3, 4)
          for m in range(1, 10)
-         for v in ((2, 3) if kind == BuiltIn.INTERLEAVED else (None,))]
+         for v in ((2, 3) if kind == ScheduleKind.INTERLEAVED else (None,))]
 
 
 @pytest.mark.parametrize('kind,k,m,v', _GRID)
@@ -120,9 +120,9 @@ def test_every_generator_passes_the_validator(kind, k, m, v):
     (lambda: one_f_one_b.OneFOneB(2, 0), 'num_micro_batches=0'),
     (lambda: interleaved.Interleaved(2, 4, 0), 'cells_per_device=0'),
     (lambda: zero_bubble.ZeroBubbleV(-1, 4), 'num_devices=-1'),
-    (lambda: built_in.Build(BuiltIn.ZB_V, 2, 4, 3), 'ZB_V runs 2 cell'),
-    (lambda: built_in.Build(BuiltIn.ONE_F_ONE_B, 2, 4, 2), 'use INTERLEAVED'),
-    (lambda: built_in.Build(BuiltIn.INTERLEAVED, 2, 4), 'needs cells_per_device'),
+    (lambda: built_in.Build(ScheduleKind.ZB_V, 2, 4, 3), 'ZB_V runs 2 cell'),
+    (lambda: built_in.Build(ScheduleKind.ONE_F_ONE_B, 2, 4, 2), 'use INTERLEAVED'),
+    (lambda: built_in.Build(ScheduleKind.INTERLEAVED, 2, 4), 'needs cells_per_device'),
     (lambda: built_in.Build('zb_h1', 2, 4), 'must be a ScheduleKind'),
 ])
 def test_bad_sizes_raise_naming_the_value(call, match):
