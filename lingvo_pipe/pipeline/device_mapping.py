@@ -65,8 +65,7 @@ def _PipelineDevices(p: hyperparams.Params) -> int:
   splits = len(p.splits) + 1 if p.splits else 0
   cells = max(p.num_partitions, len(p.cell_tpl), splits, 1)
   try:
-    v = built_in.CellsPerDevice(p.schedule, p.cells_per_device if (
-        p.schedule == built_in.ScheduleKind.INTERLEAVED or p.cells_per_device != 1) else None)
+    v = built_in.CellsPerDeviceParam(p.schedule, p.cells_per_device)
   except (TypeError, ValueError):
     v = 1  # the pipeline's build says what is wrong
   return max(cells // max(v, 1), 1)

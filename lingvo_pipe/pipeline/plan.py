@@ -183,9 +183,7 @@ def _CellsPerDevice(name: str, kind: ScheduleKind, cells_per_device: int) -> int
     raise ValueError(f'PipeliningLayer {name!r}: cells_per_device must be >= 1, '
                      f'got {cells_per_device}.')
   try:
-    return built_in.CellsPerDevice(
-        kind, cells_per_device if kind == ScheduleKind.INTERLEAVED or
-        cells_per_device != 1 else None)
+    return built_in.CellsPerDeviceParam(kind, cells_per_device)
   except ValueError as e:
     raise ValueError(f'PipeliningLayer {name!r}: {e}') from None
 

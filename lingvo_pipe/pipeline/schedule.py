@@ -99,8 +99,8 @@ def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
 
 def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
             cells_per_device: int = 1) -> actions.Schedule:
-  """The actions of built-in schedule `kind` (built_in.Build; v is the
-  schedule's own unless INTERLEAVED or given other than 1).
+  """The actions of built-in schedule `kind` (built_in.Build; v as
+  built_in.CellsPerDeviceParam reads it).
 
   Raises:
     TypeError, ValueError: naming the value and the fix, for sizes the
@@ -114,8 +114,8 @@ def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
         f'num_micro_batches={num_micro_batches} must be a multiple of the '
         f'number of devices K={num_devices}; use M='
         f'{num_micro_batches + (-num_micro_batches) % num_devices}.')
-  v = cells_per_device if kind == ScheduleKind.INTERLEAVED or cells_per_device != 1 else None
-  return built_in.Build(kind, num_devices, num_micro_batches, v)
+  return built_in.Build(kind, num_devices, num_micro_batches,
+                        built_in.CellsPerDeviceParam(kind, cells_per_device))
 
 
 def FromActions(schedule: actions.Schedule) -> List[Task]:

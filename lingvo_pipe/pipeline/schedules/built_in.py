@@ -45,6 +45,13 @@ def CellsPerDevice(kind: ScheduleKind, cells_per_device: Optional[int] = None) -
   return fixed
 
 
+def CellsPerDeviceParam(kind: ScheduleKind, cells_per_device: int) -> int:
+  """v of `kind` for a PipeliningLayer's p.cells_per_device, whose default
+  1 leaves a schedule its own v (ZB_V's 2); raises as CellsPerDevice."""
+  given = cells_per_device != 1 or kind == ScheduleKind.INTERLEAVED
+  return CellsPerDevice(kind, cells_per_device if given else None)
+
+
 def Build(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
           cells_per_device: Optional[int] = None) -> actions.Schedule:
   """The actions of built-in schedule `kind` for K=num_devices devices, M
