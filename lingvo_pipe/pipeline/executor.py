@@ -229,22 +229,15 @@ class Executor:
     """Per cell, its statistics summed over micro-batches and replicas on
     its variable device (after Forwards; built once)."""
     if self._summed_updates is None:
-      self._summed_updates = self._SumUpdates()
+      per_replica = []
+      for r, row in enumerate(self._plan.replica_devices):
+        summed = []
+        for c, device in enumerate(row):
+          with tf.device(device.name):
+            summed.append(AddN(self._updates[r][c]))
+        per_replica.append(summed)
+      self._summed_updates = SumUpdatesOverReplicas(per_replica, self._plan.devices)
     return self._summed_updates
-
-  def _SumUpdates(self) -> List[NestedMap]:
-    per_replica = []
-    for r, row in enumerate(self._plan.replica_devices):
-      summed = []
-      for c, device in enumerate(row):
-        with tf.device(device.name):
-          summed.append(AddN(self._updates[r][c]))
-      per_replica.append(summed)
-    summed = []
-    for c, device in enumerate(self._plan.devices):
-      with tf.device(device.name):
-        summed.append(AddN([u[c] for u in per_replica]))
-    return summed
 
   # --- actions ---------------------------------------------------------------
 
@@ -335,6 +328,17 @@ class Executor:
 def AddN(nests: Sequence[Any]) -> Any:
   """The sum of nests of one structure, entry by entry."""
   return tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)), *nests)
+
+
+def SumUpdatesOverReplicas(per_replica: Sequence[Sequence[NestedMap]],
+                           devices: Sequence[Any]) -> List[NestedMap]:
+  """Per cell its statistics ([replica][cell]) added over replicas on its
+  variable device (replica 0's)."""
+  summed = []
+  for c, device in enumerate(devices):
+    with tf.device(device.name):
+      summed.append(AddN([cells[c] for cells in per_replica]))
+  return summed
 
 
 def CopyThetas(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap]:

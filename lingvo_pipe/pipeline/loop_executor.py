@@ -111,16 +111,10 @@ class LoopExecutor:
     """Per cell its statistics summed over micro-batches and replicas on
     its variable device (after Forwards or Run)."""
     if self._updates is None:
-      updates = []
-      for r, row in enumerate(self._runners):
-        for c, runner in enumerate(row):
-          with tf.device(runner.device):
-            updates.append(tf.nest.pack_sequence_as(
-                self._update_structs[c], self._state['sums'][r * self._num_cells + c]))
-      self._updates = []
-      for c, device in enumerate(self._plan.devices):
-        with tf.device(device.name):
-          self._updates.append(executor.AddN(updates[c::self._num_cells]))
+      per_replica = [[tf.nest.pack_sequence_as(self._update_structs[c],
+                                               self._state['sums'][r * self._num_cells + c])
+                      for c in range(self._num_cells)] for r in range(self._num_replicas)]
+      self._updates = executor.SumUpdatesOverReplicas(per_replica, self._plan.devices)
     return self._updates
 
   def Run(self) -> executor.StepResult:
