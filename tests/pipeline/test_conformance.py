@@ -64,10 +64,7 @@ def _Cases(dtype):
 def test_float32(name, emission, remat, replicas):
   layers, shape = models.FfnLayers(keep_prob=0.7)
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape)
-  loss_inside = SCHEDULES[name][3]
-  step = models.TrainStepWithLoss(pipe, 7, num_micro) if loss_inside else None
-  transparency.CheckTransparent(pipe, (x,), num_micro, step=7,
-                                loss_fn=models.ConstantNormLoss, train_step=step)
+  transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, loss_inside=SCHEDULES[name][3])
 
 
 @pytest.mark.parametrize('name,emission,remat,replicas', _Cases('bfloat16'))
@@ -87,7 +84,6 @@ def test_batch_norm(name, emission, replicas):
   layers, shape = models.ConvNetLayers(keep_prob=0.8)
   pipe, x, num_micro = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas,
                                  layers, shape)
-  step = models.TrainStepWithLoss(pipe, 7, num_micro) if SCHEDULES[name][3] else None
-  ref = transparency.CheckTransparent(pipe, (x,), num_micro, step=7,
-                                      loss_fn=models.ConstantNormLoss, train_step=step)
+  ref = transparency.CheckTransparentWithLoss(pipe, (x,), num_micro,
+                                              loss_inside=SCHEDULES[name][3])
   transparency.CheckMovingAverages(pipe, ref.bn_inputs)

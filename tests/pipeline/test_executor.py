@@ -120,9 +120,7 @@ def test_deferred_weight_gradients_are_one_product_per_step(loop):
   M-sized arrays); the gradients still equal the reference's."""
   layers, shape = models.FfnLayers(keep_prob=0.8, dim=64)
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, loop_min_micro_batches=loop)
-  transparency.CheckTransparent(pipe, (tf.random.stateless_normal(shape, [2, 9]),), 4,
-                                loss_fn=models.ConstantNormLoss,
-                                train_step=models.TrainStepWithLoss(pipe, 7, 4), step=7)
+  transparency.CheckTransparentWithLoss(pipe, (tf.random.stateless_normal(shape, [2, 9]),), 4)
   nodes = _Nodes(pipe, shape, 4)
   assert [n for n in nodes if n.op == 'MatMul' and n.attr['transpose_a'].b], (
       'no deferred product')
@@ -240,8 +238,7 @@ def test_consecutive_cells_per_device_packs_replicas():
 def test_transformer_stack_with_dropout(kind, loop):
   pipe = models.TransformerStackPipeline(2, 2, schedule=kind, loop_min_micro_batches=loop)
   inputs = models.TransformerInputs(seed=24)
-  transparency.CheckTransparent(pipe, inputs, 2, step=7, loss_fn=models.ConstantNormLoss,
-                                train_step=models.TrainStepWithLoss(pipe, 7, 2))
+  transparency.CheckTransparentWithLoss(pipe, inputs, 2)
 
 
 def test_language_model_task_trains_the_same_under_every_schedule():

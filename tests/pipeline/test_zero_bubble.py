@@ -17,17 +17,11 @@ from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 
-def _Check(pipe, inputs, m, step=7):
-  return transparency.CheckTransparent(
-      pipe, inputs, m, step=step, loss_fn=models.ConstantNormLoss,
-      train_step=models.TrainStepWithLoss(pipe, step, m))
-
-
 def _CheckLayers(layers, shape, cells, m, batch=None, **kwargs):
   shape = [batch or shape[0]] + shape[1:]
   pipe = models.Pipeline(layers, shape, cells, m, **kwargs)
   x = tf.random.stateless_normal(shape, [cells, m])
-  return pipe, _Check(pipe, (x,), m)
+  return pipe, transparency.CheckTransparentWithLoss(pipe, (x,), m)
 
 
 # K in {2, 3, 4}, M a multiple of K and not (a batch of 12).
@@ -63,7 +57,7 @@ def test_zb_h1_every_remat_policy(remat):
 
 def test_zb_h1_transformer_stack_with_dropout():
   pipe = models.TransformerStackPipeline(2, 4, schedule=ScheduleKind.ZB_H1)
-  _Check(pipe, models.TransformerInputs(seed=24), 4)
+  transparency.CheckTransparentWithLoss(pipe, models.TransformerInputs(seed=24), 4)
 
 
 def _WeightGradientUpdates(pipe, shape, m):
