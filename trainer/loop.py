@@ -18,6 +18,7 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import precision
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import replica_variables
 from trainer import checkpoint_keys
 from trainer import checkpoints
 from trainer import loss_scale as loss_scale_lib
@@ -48,6 +49,11 @@ class Trainer:
     tf.random.set_seed(self.tp.seed)
     self.task = params.task.Instantiate()
     self.variables = list(self.task.trainable_variables)
+    # Pipeline replicas' own copies of their variables (not the model's,
+    # not checkpointed), trained with the same gradients.
+    self.replica_copies = replica_variables.CopiesIn(self.task)
+    self._trained = replica_variables.TrainedVariables(self.task)
+    self._copies_synchronized = False
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
     # Set (e.g. by signals.GracefulStop) to end the loop before its next
     # step; not checkpointed.
@@ -120,6 +126,7 @@ class Trainer:
 
     path = checkpoints.RestoreNewestReadable(self.checkpoint, self.checkpoint_dir,
                                              self.log, check=Check, read_only=read_only)
+    self._copies_synchronized = False  # the model's values changed
     self.manager = self._NewManager()
     if path:
       self.log(f'Restored {path} at step {int(self.global_step.numpy())}.')
@@ -154,11 +161,13 @@ class Trainer:
         with precision.LossScaling(scale.scale):
           metrics = self.task.FProp(theta, batch)
         objective = scale.ScaleLoss(metrics.loss)
-    grads = tape.gradient(objective, self.variables)
+    grads = tape.gradient(objective, self._trained)
     grads = [tf.convert_to_tensor(g) for g in grads]
     if scale is not None:
       grads = scale.Unscale(grads)
-    grads, norm = optimizers.ClipByGlobalNorm(grads, self.tp.clip_gradient_norm_to_value)
+    # One norm, of the model's gradients, clips every replica alike.
+    grads, norm = optimizers.ClipByGlobalNorm(
+        grads, self.tp.clip_gradient_norm_to_value, counted=len(self.variables))
     finite = optimizers.IsFinite(metrics.loss, norm)
     # An overflow of scaled gradients (finite loss) skips the step and lowers
     # the scale; it is not a non-finite loss for tp.on_nonfinite.
@@ -167,7 +176,7 @@ class Trainer:
 
     def Apply():
       with tf.control_dependencies([self.optimizer.apply_gradients(
-          zip(grads, self.variables))]):
+          zip(grads, self._trained))]):
         return tf.constant(True)
 
     applied = tf.cond(finite, Apply, lambda: tf.constant(False))
@@ -221,6 +230,7 @@ class Trainer:
     tp = self.tp
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
+    self._SynchronizeCopies()
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
@@ -260,7 +270,19 @@ class Trainer:
     """Runs num_steps training steps on the state in memory and nothing
     else: no checkpoint, summary or progress line (the profiler's steps,
     which must leave the logdir as it was)."""
+    self._SynchronizeCopies()
     self._train_loop(tf.constant(num_steps))
+
+  def _SynchronizeCopies(self) -> None:
+    """Once, before the first step: sets the pipeline replicas' copies and
+    their optimizer slots to the model's (restored or warm started). The
+    loop is traced first, which creates the slots (and restores the
+    model's)."""
+    if self._copies_synchronized or not self.replica_copies:
+      return
+    self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
+    optimizers.SynchronizeCopies(self.optimizer, self.replica_copies)
+    self._copies_synchronized = True
 
   def _CheckpointPath(self, step: int) -> str:
     return os.path.join(self.checkpoint_dir, f'ckpt-{step}')

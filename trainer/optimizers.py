@@ -6,7 +6,7 @@ lives on the cell's device (Keras 3's put every slot on device 0; see
 docs/design.md).
 """
 
-from typing import Callable
+from typing import Callable, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -54,9 +54,11 @@ def Optimizer(tp: hyperparams.Params,
   raise ValueError(f'Unknown optimizer {kind!r}; use an OptimizerKind.')
 
 
-def ClipByGlobalNorm(grads, clip_norm: float):
-  """(clipped grads, global norm before clipping); clip_norm 0: no clip."""
-  norm = tf.linalg.global_norm(grads)
+def ClipByGlobalNorm(grads, clip_norm: float, counted: int = -1):
+  """(clipped grads, global norm before clipping); clip_norm 0: no clip.
+  The norm is of the first `counted` grads (all if -1): the model's, when
+  the rest are its replica copies' gradients again."""
+  norm = tf.linalg.global_norm(grads if counted < 0 else grads[:counted])
   if clip_norm <= 0:
     return list(grads), norm
   clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
@@ -66,3 +68,18 @@ def ClipByGlobalNorm(grads, clip_norm: float):
 def IsFinite(*values: tf.Tensor) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
 
+
+
+def SynchronizeCopies(optimizer: tf.compat.v1.train.Optimizer,
+                      pairs: Sequence[Tuple[tf.Variable, List[tf.Variable]]]) -> None:
+  """Sets each replica copy (pipeline/replica_variables.py) and its
+  optimizer slots to its original's. Slots that do not exist yet are left:
+  they are created alike (zeros) at the first step."""
+  names = optimizer.get_slot_names()
+  for original, copies in pairs:
+    for copy in copies:
+      copy.assign(original)
+      for name in names:
+        slot, copy_slot = optimizer.get_slot(original, name), optimizer.get_slot(copy, name)
+        if slot is not None and copy_slot is not None:
+          copy_slot.assign(slot)

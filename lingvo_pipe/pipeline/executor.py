@@ -22,9 +22,12 @@ r*M + m of the whole batch (its dropout masks too).
 Training with the loss outside the pipeline (FProp) runs the forwards
 (Forwards) and, from the outer tape's gradients, the rest (Backwards);
 with the loss inside (FPropWithLoss) every action in one go (Run).
-Evaluation runs the forwards alone. Each replica's gradients and
-statistics are then added on replica 0's devices, where the variables
-live (Result).
+Evaluation runs the forwards alone. Each replica trains its own copy of
+its cells' variables (replica_variables.py): each cell's gradients are
+summed over replicas by a collective all-reduce (all_reduce.py) that
+every replica receives on its own device, as soon as the cell's
+backwards end; the statistics are added on replica 0's devices, where the
+model's variables live (Result).
 """
 
 import dataclasses
@@ -36,6 +39,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import all_reduce
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
@@ -46,10 +50,6 @@ from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 # tensor, or a tuple for several) -> a scalar. The step's loss is the sum.
 MicroLossFn = Callable[[Any], tf.Tensor]
 
-# The name scope of the ops that add the replicas' gradients.
-REPLICA_SUM_SCOPE = 'replica_sum'
-
-
 @dataclasses.dataclass
 class StepResult:
   """What a step produced, its replicas added.
@@ -59,14 +59,14 @@ class StepResult:
     last_outputs: per replica, per micro-batch the last cell's outputs.
     input_grads: per replica, per micro-batch the gradients of the flat
       pipeline inputs (None where not floating point).
-    theta_grads: per cell, the gradients of its flat theta summed over
-      micro-batches and replicas on the cell's variable device.
+    theta_grads: [replica][cell] the gradients of the cell's flat theta
+      summed over micro-batches and replicas, on the replica's device.
     updates: per cell, its additive statistics summed likewise.
   """
   loss: Optional[tf.Tensor]
   last_outputs: List[List[tuple]]
   input_grads: List[List[List[Any]]]
-  theta_grads: List[List[Any]]
+  theta_grads: List[List[List[Any]]]
   updates: List[NestedMap]
 
 
@@ -139,8 +139,8 @@ class Executor:
   Args:
     plan: the pipeline's Plan.
     runners: [replica][cell] the CellRunners.
-    thetas: per cell its theta in the compute dtype, on replica 0's devices;
-      the other replicas read copies onto their own.
+    thetas: [replica][cell] the cell's theta in the compute dtype, on the
+      replica's device (replica_variables: each replica's own copy).
     micro_inputs: [replica][micro-batch] the pipeline's inputs.
     micro_size: examples per micro-batch (dropout masks index examples).
     training: run the forwards as remat decides, for backwards to follow
@@ -150,7 +150,8 @@ class Executor:
 
   def __init__(self, plan: plan_lib.Plan,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
-               thetas: Sequence[NestedMap], micro_inputs: Sequence[Sequence[tuple]],
+               thetas: Sequence[Sequence[NestedMap]],
+               micro_inputs: Sequence[Sequence[tuple]],
                micro_size: int, training: bool,
                loss_fn: Optional[MicroLossFn] = None) -> None:
     self._plan = plan
@@ -161,8 +162,7 @@ class Executor:
     self._loss_fn = loss_fn
     self._training = training
     self._decisions = plan.Decisions(self._num_micro) if training else {}
-    self._thetas = [list(thetas)] + [
-        CopyThetas(thetas, [d.name for d in row]) for row in plan.replica_devices[1:]]
+    self._thetas = [list(row) for row in thetas]
     self._order = plan.Order(self._num_micro)
     self._forwards: Dict[Tuple[int, int, int], _Forward] = {}
     self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
@@ -215,7 +215,7 @@ class Executor:
           per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
       grads.append(per_cell)
     return StepResult(self.Loss(), self.last_outputs, self.input_grads,
-                      SumOverReplicas(grads, plan.devices), self.Updates())
+                      SumOverReplicas(grads, plan.replica_devices), self.Updates())
 
   def Loss(self) -> Optional[tf.Tensor]:
     """The sum of the micro-batch losses on the last cell's device (None
@@ -341,27 +341,16 @@ def SumUpdatesOverReplicas(per_replica: Sequence[Sequence[NestedMap]],
   return summed
 
 
-def CopyThetas(thetas: Sequence[NestedMap], devices: Sequence[str]) -> List[NestedMap]:
-  """Each cell's theta copied onto `devices[c]` (a replica's own copy)."""
-  copies = []
-  for theta, device in zip(thetas, devices):
-    with tf.device(device):
-      copies.append(tf.nest.map_structure(tf.identity, theta))
-  return copies
-
-
 def SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
-                     devices: Sequence[Any]) -> List[List[Any]]:
-  """Per cell its flat theta gradients added over replicas on its variable
-  device (replica 0's); None stays None."""
-  if len(per_replica) == 1:
-    return [list(g) for g in per_replica[0]]
-  summed = []
-  for c, device in enumerate(devices):
-    cell = []
-    with tf.device(device.name), tf.name_scope(REPLICA_SUM_SCOPE):
-      for parts in zip(*[grads[c] for grads in per_replica]):
-        present = [g for g in parts if g is not None]
-        cell.append(tf.add_n(present) if present else None)
-    summed.append(cell)
+                    replica_devices: Sequence[Sequence[Any]]) -> List[List[List[Any]]]:
+  """[replica][cell] flat theta gradients summed over replicas
+  (all_reduce.Sum), each on the replica's device; the last cell's first,
+  as the backwards end there first."""
+  num_cells = len(per_replica[0])
+  summed: List[List[Any]] = [[None] * num_cells for _ in per_replica]
+  for c in reversed(range(num_cells)):
+    cell = all_reduce.Sum([grads[c] for grads in per_replica],
+                          [row[c].name for row in replica_devices[:len(per_replica)]])
+    for r, grads in enumerate(cell):
+      summed[r][c] = grads
   return summed

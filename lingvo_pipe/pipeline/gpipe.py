@@ -30,6 +30,7 @@ from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import replica_batches
+from lingvo_pipe.pipeline import replica_variables
 from lingvo_pipe.pipeline import train_step
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
@@ -90,10 +91,10 @@ class PipeliningLayer(base_layer.BaseLayer):
              'when connected to a cluster, else the local devices '
              '(device_mapping.DefaultDevices).')
     p.Define('num_replicas', 1, 'R: copies of the K-cell pipeline, each fed '
-             '1/R of the batch (R*M micro-batches in all), with any schedule; '
-             "their gradients are summed on each variable's device (replica "
-             "0's cells) and applied once (docs/design.md, \"Pipeline "
-             'replicas"). Evaluation runs replica 0 alone on the whole batch.')
+             '1/R of the batch (R*M micro-batches in all), with any schedule, '
+             'each training its own copy of the variables with the gradient '
+             'all-reduced over replicas (docs/several_machines.md). '
+             'Evaluation runs replica 0 alone on the whole batch.')
     p.Define('consecutive_cells_per_device', 0, 'Consecutive cells (of the '
              'R*K) per device of `devices`, e.g. 2 to put 4 cells on 2 worker '
              'tasks; 0: one cell per device. (cells_per_device interleaves '
@@ -129,11 +130,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     return p
 
   # The cells are views of the layers (cells.CellView), the runners hold
-  # traced functions and the plan is data: none is part of the model's
-  # variables.
+  # traced functions, the plan is data and the replicas' copies of the
+  # variables are not the model's: none is part of the model's variables.
   _TF_MODULE_IGNORED_PROPERTIES = frozenset(
       ('_cells', '_cell_layer_indices', '_runners', '_replica_runners',
-       'plan')).union(
+       'plan', 'replica_variables')).union(
           base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -151,16 +152,19 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['plan'] = resolved
     self.num_devices = resolved.num_devices
     self.num_cells = resolved.num_cells
-    # [replica][cell]; the variables live on replica 0's devices.
+    # [replica][cell]; the model's variables live on replica 0's devices.
     self.replica_devices = [list(row) for row in resolved.replica_devices]
     self.devices = self.replica_devices[0]
     # The layers are the pipeline's own, named and initialized by their
     # place in the unpartitioned network; each on its cell's device.
-    layer_devices = [''] * len(layer_params)
-    for k, run in enumerate(self._cell_layer_indices):
-      for i in run:
-        layer_devices[i] = self.devices[k].name
-    self.CreateChildren('layers', layer_params, devices=layer_devices)
+    layer_devices = [[''] * len(layer_params) for _ in self.replica_devices]
+    for r, row in enumerate(self.replica_devices):
+      for k, run in enumerate(self._cell_layer_indices):
+        for i in run:
+          layer_devices[r][i] = row[k].name
+    self.CreateChildren('layers', layer_params, devices=layer_devices[0])
+    self.__dict__['replica_variables'] = replica_variables.ReplicaVariables(
+        self.layers, layer_devices)
     with self.name_scope:
       views = [cells.CellView(cp, [self.layers[i] for i in run])
                for cp, run in zip(cell_params, self._cell_layer_indices)]
@@ -190,8 +194,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
-                                   training=False)
+      run, batches = self._Executor(self._ComputeThetas(thetas[:1]), inputs,
+                                    num_micro, training=False)
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
@@ -226,13 +230,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
-                                   training=False, loss_fn=loss_fn)
+      run, batches = self._Executor(self._ComputeThetas(thetas[:1]), inputs,
+                                    num_micro, training=False, loss_fn=loss_fn)
       last_outputs = run.Forwards()
       return run.Loss(), containers.UnwrapSingle(batches.Outputs(last_outputs))
     loss, outputs = train_step.LossInside(
         self._Start(num_micro, loss_fn), self._ApplyCellUpdates, inputs, thetas,
-        [d.name for d in self.devices])
+        [[d.name for d in row] for row in self.replica_devices])
     return loss, containers.UnwrapSingle(outputs)
 
   def _NumMicro(self, inputs: tuple) -> int:
@@ -242,22 +246,31 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.plan.Actions(num_micro)
     return num_micro
 
-  def _ReadThetas(self, theta: NestedMap) -> List[NestedMap]:
-    """Each cell's variables read on its device."""
-    thetas = []
-    for k, t in enumerate(self.CellThetas(theta)):
+  def _ReadThetas(self, theta: NestedMap) -> List[List[NestedMap]]:
+    """[replica][cell] the cell's theta read on its device: replica 0's
+    from `theta`, in training each other replica's from its own copies
+    (replica_variables)."""
+    cell_thetas = self.CellThetas(theta)
+    thetas = [[]]
+    for k, t in enumerate(cell_thetas):
       with tf.device(self.devices[k].name):
-        thetas.append(tf.nest.map_structure(tf.convert_to_tensor, t))
-    return thetas
+        thetas[0].append(tf.nest.map_structure(tf.convert_to_tensor, t))
+    if base_layer.IsEvalMode():
+      return thetas
+    return thetas + [[self.replica_variables.Theta(cell, t, r, row[k].name)
+                      for k, (cell, t) in enumerate(zip(self.cells, thetas[0]))]
+                     for r, row in enumerate(self.replica_devices) if r]
 
-  def _ComputeThetas(self, thetas: List[NestedMap]) -> List[NestedMap]:
-    """Each cell's theta cast to the dtypes its layers compute with
-    (core/precision), once per step on the cell's device; the identity in
-    float32."""
+  def _ComputeThetas(self, thetas: List[List[NestedMap]]) -> List[List[NestedMap]]:
+    """[replica][cell] the theta cast to the dtypes the cell's layers
+    compute with (core/precision), once per step on its device; the
+    identity in float32."""
     cast = []
-    for k, theta in enumerate(thetas):
-      with tf.device(self.devices[k].name):
-        cast.append(precision.CastTheta(self.cells[k], theta))
+    for row, devices in zip(thetas, self.replica_devices):
+      cast.append([])
+      for k, theta in enumerate(row):
+        with tf.device(devices[k].name):
+          cast[-1].append(precision.CastTheta(self.cells[k], theta))
     return cast
 
   def _Start(self, num_micro: int, loss_fn: Optional[executor.MicroLossFn] = None
@@ -267,7 +280,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     return lambda thetas, inputs: self._Executor(
         self._ComputeThetas(thetas), inputs, num_micro, True, loss_fn)
 
-  def _Executor(self, thetas: List[NestedMap], inputs: tuple, num_micro: int,
+  def _Executor(self, thetas: List[List[NestedMap]], inputs: tuple, num_micro: int,
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
                 ) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches.

@@ -3,8 +3,8 @@
 Per clock of loop_tables each device of each replica runs a tf.switch_case
 over its cells' F, X (B or I), W and KEPT branches: a few calls per cell
 whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
-reads copies of the variables on its own devices, and its gradients are
-added to replica 0's after the loop.
+reads its own copy of the variables on its own devices, and each cell's
+gradients are all-reduced over replicas after the loop.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
 activations, gradients, the last cell's outputs and loss gradients, the
@@ -48,7 +48,8 @@ class LoopExecutor:
   Args:
     plan: the pipeline's Plan.
     runners: [replica][cell] the CellRunners.
-    thetas: per cell its theta in the compute dtype, on replica 0's devices.
+    thetas: [replica][cell] the cell's theta in the compute dtype, on the
+      replica's device.
     micro_inputs: [replica][micro-batch] the pipeline's inputs.
     micro_size: examples per micro-batch (dropout masks index examples).
     loss_fn: the per-micro-batch loss (Run), or None (Forwards, Backwards).
@@ -56,16 +57,15 @@ class LoopExecutor:
 
   def __init__(self, plan: plan_lib.Plan,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
-               thetas: Sequence[NestedMap], micro_inputs: Sequence[Sequence[tuple]],
+               thetas: Sequence[Sequence[NestedMap]],
+               micro_inputs: Sequence[Sequence[tuple]],
                micro_size: int, loss_fn: Optional[executor.MicroLossFn] = None) -> None:
     self._plan = plan
     self._num_micro = num_micro = len(micro_inputs[0])
     self._num_cells = plan.num_cells
     self._num_replicas = len(micro_inputs)
     self._runners = [list(row) for row in runners[:self._num_replicas]]
-    self._thetas = [list(thetas)] + [
-        executor.CopyThetas(thetas, [d.name for d in row])
-        for row in plan.replica_devices[1:self._num_replicas]]
+    self._thetas = [list(row) for row in thetas[:self._num_replicas]]
     self._micro_size = micro_size
     self._loss_fn = loss_fn
     kept = remat.Decide(plan.policy, plan.remat_last_micro_batch, 0, num_micro,
@@ -374,7 +374,7 @@ class LoopExecutor:
       with tf.device(self._plan.devices[-1].name):
         loss = tf.add_n(state['losses'])
     return executor.StepResult(loss, self._LastOutputs(), input_grads,
-                               executor.SumOverReplicas(grads, self._plan.devices),
+                               executor.SumOverReplicas(grads, self._plan.replica_devices),
                                self.Updates())
 
 

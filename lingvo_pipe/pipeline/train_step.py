@@ -22,14 +22,17 @@ import tensorflow as tf
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 
-# (cell thetas, inputs) -> (executor, replica_batches.ReplicaBatches) of the step.
-Start = Callable[[List[NestedMap], tuple], Tuple[Any, Any]]
+# ([replica][cell] thetas, inputs) -> (executor, replica_batches.ReplicaBatches)
+# of the step.
+Start = Callable[[List[List[NestedMap]], tuple], Tuple[Any, Any]]
 ApplyUpdates = Callable[[List[NestedMap]], None]
 
 
 def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
-                thetas: List[NestedMap]) -> tuple:
-  """The outputs of the whole batch, differentiable by the outer tape."""
+                thetas: List[List[NestedMap]]) -> tuple:
+  """The outputs of the whole batch, differentiable by the outer tape;
+  `thetas` [replica][cell], each replica's gradient the sum over
+  replicas."""
 
   @tf.custom_gradient
   def Pipeline(step_inputs, cell_thetas):
@@ -44,7 +47,7 @@ def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
       dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
       result = run.Backwards(batches.OutputGrads(last_outputs, dys))
       return (batches.InputGrads(result.input_grads) +
-              [g for cell in result.theta_grads for g in cell])
+              [g for row in result.theta_grads for cell in row for g in cell])
 
     return outputs, Grad
 
@@ -52,9 +55,10 @@ def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
 
 
 def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
-               thetas: List[NestedMap], devices: Sequence[str]) -> Tuple[tf.Tensor, tuple]:
-  """(loss, outputs); `devices` are the cells' (where each cell's
-  gradients are scaled)."""
+               thetas: List[List[NestedMap]], devices: Sequence[Sequence[str]]
+               ) -> Tuple[tf.Tensor, tuple]:
+  """(loss, outputs); `thetas` and `devices` are [replica][cell] (where
+  each cell's gradients are scaled)."""
 
   loss_scale = precision.LossScale()
 
@@ -69,9 +73,10 @@ def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
     def Grad(d_loss, *unused_d_outputs, variables=None):
       if loss_scale is not None:  # the stored gradients are of the scaled loss
         d_loss = d_loss / tf.cast(loss_scale, d_loss.dtype)
-      grads = _Scale(d_inputs, d_loss, devices[0])
-      for k, cell_grads in enumerate(result.theta_grads):
-        grads += _Scale(cell_grads, d_loss, devices[k])
+      grads = _Scale(d_inputs, d_loss, devices[0][0])
+      for r, row in enumerate(result.theta_grads):
+        for k, cell_grads in enumerate(row):
+          grads += _Scale(cell_grads, d_loss, devices[r][k])
       return (grads, [None] * len(variables)) if variables else grads
 
     return (result.loss, outputs), Grad

@@ -1,14 +1,12 @@
 """What the executor promises beyond equal numbers (those are test_conformance's):
 the loop's graph does not grow with M and runs on the cells' devices, its
-rings hold only what is in flight, remat keeps what it says, replicas add
-their gradients where the variables live, and every schedule's errors come
-at build."""
+rings hold only what is in flight, remat keeps what it says, and every
+schedule's errors come at build (replicas: test_data_parallel)."""
 
 import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
-from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline.schedules import built_in
@@ -178,52 +176,6 @@ def test_bad_layouts_fail_at_build(kwargs, match):
   with pytest.raises((ValueError, TypeError), match=match):
     gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, input_shapes=[shape],
                                        **kwargs).Instantiate()
-
-
-def test_two_replicas_train_like_one_pipeline():
-  """R=2, K=2, M=2 against R=1, K=2, M=4 on the same global batches: the
-  losses and the weights after three SGD steps (rtol 1e-5)."""
-  layers, shape = models.FfnLayers(keep_prob=0.7)
-  results = []
-  for r, m in ((1, 4), (2, 2)):
-    tf.random.set_seed(5)
-    pipe = models.Pipeline(layers, shape, 2, m, num_replicas=r)
-    variables = list(pipe.trainable_variables)
-    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-    train_step = models.TrainStep(pipe, 0)  # traced once: seeds of step 0
-    losses = []
-    for step in range(3):
-      _, loss, grads = train_step(tf.random.stateless_normal(shape, [step, 9]))
-      optimizer.apply_gradients(zip(grads[:len(variables)], variables))
-      losses.append(float(loss))
-    results.append((losses, {v.name: v.numpy() for v in variables}))
-  (losses1, weights1), (losses2, weights2) = results
-  transparency.AssertClose(losses2, losses1, 'losses')
-  assert sorted(weights1) == sorted(weights2)
-  for name in weights1:
-    transparency.AssertClose(weights2[name], weights1[name], name)
-
-
-@pytest.mark.parametrize('kind,loop', [(ScheduleKind.GPIPE, 0), (ScheduleKind.ZB_H1, 2)])
-def test_replica_gradients_are_added_on_the_variables_device(kind, loop):
-  """The traced step adds each weight's R gradients with one AddN on
-  replica 0's device of its cell; replica 1's cells run on replica 1's
-  devices."""
-  layers, shape = models.FfnLayers()
-  pipe = models.Pipeline(layers, shape, 2, 2, num_replicas=2, schedule=kind,
-                         loop_min_micro_batches=loop)
-  graph = _Graph(pipe, shape, 4)
-  sums = [op for op in graph.get_operations()
-          if op.type == 'AddN' and op.name.startswith(executor.REPLICA_SUM_SCOPE)]
-  assert len(sums) == len(pipe.trainable_variables)
-  owner = {v.name: tf.DeviceSpec.from_string(v.device).device_index
-           for v in pipe.trainable_variables}
-  assert set(owner.values()) == {0, 1}
-  assert {tf.DeviceSpec.from_string(op.device).device_index for op in sums} == {0, 1}
-  calls = [op for op in graph.get_operations()
-           if op.type in ('PartitionedCall', 'StatefulPartitionedCall', 'While', 'StatelessWhile')]
-  assert {tf.DeviceSpec.from_string(op.device).device_index for op in calls
-          if op.device} <= {0, 1, 2, 3}
 
 
 def test_consecutive_cells_per_device_packs_replicas():

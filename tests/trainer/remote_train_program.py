@@ -33,11 +33,13 @@ def _Placements(graph_def: Any) -> Dict[str, List[List[str]]]:
   """'calls': [cell, kind, device] of every cell function call, with
   [cell, 'body', device] for every op in its body (an op without a device
   runs on its caller's); 'updates': [op, device, colocated variable];
-  'kept': [op, device] of inlined kept forwards and backwards."""
+  'kept': [op, device] of inlined kept forwards and backwards;
+  'collectives': the device of every collective all-reduce."""
   library = {f.signature.name: f for f in graph_def.library.function}
   calls: List[List[str]] = []
   updates: List[List[str]] = []
   kept: List[List[str]] = []
+  collectives: List[str] = []
 
   def Body(fn: str, device: str, cell: str) -> None:
     for node in library[fn].node_def:
@@ -54,6 +56,8 @@ def _Placements(graph_def: Any) -> Dict[str, List[List[str]]]:
         kind = 'backward' if '__backward_' in name else match.group(2)
         calls.append([match.group(1), kind, node.device])
         Body(name, node.device, match.group(1))
+      elif node.op == 'CollectiveReduceV2':
+        collectives.append(node.device)
       elif node.op.startswith('ResourceApply'):
         updates.append([node.name, node.device, node.input[0]])
       elif (scope_names.KEPT_FORWARD_SCOPE in node.name or
@@ -64,7 +68,7 @@ def _Placements(graph_def: Any) -> Dict[str, List[List[str]]]:
   for fn in library.values():
     if not _CELL_FN.search(fn.signature.name):
       Visit(fn.node_def)
-  return {'calls': calls, 'updates': updates, 'kept': kept}
+  return {'calls': calls, 'updates': updates, 'kept': kept, 'collectives': collectives}
 
 
 def main() -> None:
@@ -101,6 +105,8 @@ def main() -> None:
       'losses': losses,
       'cell_devices': [[d.name for d in row] for row in pipeline.replica_devices],
       'variable_devices': {name: v.device for name, v in variables.items()},
+      'copy_devices': {original.name: [c.device for c in copies]
+                       for original, copies in trainer.replica_copies},
       'slot_devices': slots,
       'cell_of_variable': {v.name: k for k, cell in enumerate(pipeline.cells)
                            for v in cell.trainable_variables},

@@ -46,20 +46,25 @@ def _Task(device: str) -> int:
 
 
 def _AssertOnWorkers(report: dict, task_of_cell: list, slots: int = 2) -> None:
-  """Every cell call and body op on its cell's task (replica 0's cells
-  here: task_of_cell[k]); variables, slots, updates and kept ops on the
-  workers."""
+  """Every cell call and body op on its cell's task (task_of_cell[k]: the
+  tasks of cell k's replicas, replica 0's first); variables, their replica
+  copies, slots, updates and kept ops on the workers."""
   kinds = collections.defaultdict(set)
   for cell, kind, device in report['calls']:
     kinds[int(cell)].add(kind)
     assert _Task(device) in task_of_cell[int(cell)], (cell, kind, device)
-  assert all(kinds[k] == {'forward', 'backward', 'body'} for k in range(2)), kinds
+  assert all(kinds[k] == {'forward', 'backward', 'body'}
+             for k in range(len(task_of_cell))), kinds
   for name, device in report['variable_devices'].items():
-    assert _Task(device) == min(task_of_cell[report['cell_of_variable'][name]]), name
+    tasks = sorted(task_of_cell[report['cell_of_variable'][name]])
+    assert _Task(device) == tasks[0], name
+    assert [_Task(d) for d in report['copy_devices'].get(name, [])] == tasks[1:], name
     assert report['slot_devices'][name] == [device] * slots, name
   updates = collections.Counter(_Task(d) for _, d, _ in report['updates'])
-  variables = collections.Counter(_Task(d) for d in report['variable_devices'].values())
-  assert updates == variables and sum(updates.values()) == len(report['weights'])
+  variables = collections.Counter(
+      _Task(d) for d in list(report['variable_devices'].values()) +
+      [d for copies in report['copy_devices'].values() for d in copies])
+  assert updates == variables  # each variable and copy updated where it lives
   # The outer tape (the trainer's) adds one Shape op under the kept scope
   # without a device: shape metadata, not a cell's computation.
   kept = [(op, d) for op, d in report['kept'] if not op.startswith('gradient_tape/')]
@@ -96,8 +101,28 @@ def test_replicas_on_workers_equal_one_local_pipeline(tmp_path):
   assert remote['cell_devices'] == [
       [f'/job:worker/replica:0/task:{t}/device:CPU:0' for t in row]
       for row in ((0, 1), (2, 3))]
-  # Replica 1's calls run on tasks 2 and 3; the variables stay on 0 and 1.
+  # Replica 1's calls, its copies of the variables and their updates run
+  # on tasks 2 and 3.
   _AssertOnWorkers(remote, [{0, 2}, {1, 3}], slots=1)
   local = _Train(tmp_path / 'local',
                  f'--override=task.stack.pipeline.num_micro_batches=4; {_MOMENTUM}')
+  _AssertSameTraining(remote, local)
+
+
+def test_replicas_all_reduce_across_worker_processes(tmp_path):
+  """R=2 x K=1 on two workers, each replica's copy of the model on its
+  own task and the gradients all-reduced between the processes, against
+  R=1, M=4 on one local device."""
+  one_cell = 'task.stack.pipeline.num_partitions=1'
+  with worker_cluster.Running(2) as cluster:
+    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}',
+                    f'--override={one_cell}; task.stack.pipeline.num_replicas=2; '
+                    f'{_MOMENTUM}')
+  assert remote['cell_devices'] == [[f'/job:worker/replica:0/task:{t}/device:CPU:0']
+                                    for t in (0, 1)]
+  collectives = collections.Counter(_Task(d) for d in remote['collectives'])
+  assert collectives == {0: 1, 1: 1}
+  _AssertOnWorkers(remote, [{0, 1}], slots=1)
+  local = _Train(tmp_path / 'local', f'--override={one_cell}; '
+                 f'task.stack.pipeline.num_micro_batches=4; {_MOMENTUM}')
   _AssertSameTraining(remote, local)

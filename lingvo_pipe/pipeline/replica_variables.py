@@ -1,0 +1,79 @@
+"""Each pipeline replica's own copy of its cells' trainable variables.
+
+With R replicas, replica 0 trains the model's variables (the ones the
+checkpoint holds, by their logical paths) and replica r > 0 a copy of
+each trainable variable on its own device for the same cell. Every
+replica receives the same all-reduced gradient (all_reduce.py) and the
+optimizer applies it to every copy with the copy's own slots, on the
+copy's device, so the copies stay bitwise alike with no variable read
+across replicas. The copies are no part of the model: not in its
+variables, paths or checkpoints: before training, after a restore or a
+warm start, the trainer sets them and their slots to replica 0's
+(trainer/optimizers.SynchronizeCopies).
+"""
+
+from typing import Dict, List, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.nested_map import NestedMap
+
+
+class ReplicaVariables:
+  """The copies of one PipeliningLayer's trainable variables.
+
+  Args:
+    layers: the pipeline's layers.
+    layer_devices: [replica][layer] the device of each layer in each
+      replica (replica 0's holds the originals).
+  """
+
+  def __init__(self, layers: Sequence[base_layer.BaseLayer],
+               layer_devices: Sequence[Sequence[str]]) -> None:
+    self._copies: Dict[int, List[tf.Variable]] = {}
+    self.pairs: List[Tuple[tf.Variable, List[tf.Variable]]] = []
+    if len(layer_devices) < 2:
+      return
+    for i, layer in enumerate(layers):
+      for var in layer.trainable_variables:
+        copies = []
+        for row in layer_devices[1:]:
+          with tf.init_scope(), tf.device(row[i]):
+            copies.append(tf.Variable(var.read_value(), trainable=True,
+                                      name=var.name.split(':')[0] + '/replica_copy'))
+        self._copies[id(var)] = copies
+        self.pairs.append((var, copies))
+
+  def Theta(self, layer: base_layer.BaseLayer, theta: NestedMap, replica: int,
+            device: str) -> NestedMap:
+    """`theta` of `layer` (a cell) for `replica` >= 1: its trainable
+    variables read from the replica's copies, the other entries
+    (statistics, step seeds) copied from `theta`, on `device`."""
+
+    def Entry(owner: base_layer.BaseLayer, name: str, value):
+      copies = self._copies.get(id(getattr(owner, name)))
+      return tf.identity(value) if copies is None else copies[replica - 1].read_value()
+
+    with tf.device(device):
+      return layer.MapTheta(theta, Entry)
+
+
+def CopiesIn(model: base_layer.BaseLayer) -> List[Tuple[tf.Variable, List[tf.Variable]]]:
+  """(original, its replica copies) of every trainable variable that a
+  pipeline with replicas in `model` (or `model` itself) copies."""
+  pairs = []
+  copies = model.__dict__.get('replica_variables')
+  if isinstance(copies, ReplicaVariables):
+    pairs.extend(copies.pairs)
+  for _, child in model.Children():
+    pairs.extend(CopiesIn(child))
+  return pairs
+
+
+def TrainedVariables(model: base_layer.BaseLayer) -> List[tf.Variable]:
+  """What an optimizer trains: `model`'s trainable variables, then every
+  replica copy. Take the gradients of all of them and apply them all; the
+  copies' gradients are their originals' (the sum over replicas)."""
+  return list(model.trainable_variables) + [
+      c for _, copies in CopiesIn(model) for c in copies]

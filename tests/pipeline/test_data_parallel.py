@@ -1,0 +1,134 @@
+"""Pipeline replicas as data parallelism: each replica trains its own copy
+of the variables with the gradient all-reduced by TensorFlow's collectives,
+and R replicas train exactly as one pipeline on the same global batch."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.pipeline import all_reduce
+from lingvo_pipe.pipeline import replica_variables
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+from tests import transparency
+from tests.pipeline import pipeline_models as models
+
+# Cells per pipeline and schedule kwargs: two devices per replica.
+_LAYOUTS = {
+    ScheduleKind.GPIPE: (2, {}),
+    ScheduleKind.ONE_F_ONE_B: (2, {}),
+    ScheduleKind.INTERLEAVED: (4, dict(cells_per_device=2)),
+    ScheduleKind.ZB_H1: (2, {}),
+    ScheduleKind.ZB_H2: (2, {}),
+    ScheduleKind.ZB_V: (4, {}),
+}
+
+
+def _Pipeline(kind, replicas, num_micro, loop):
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  cells, kwargs = _LAYOUTS[kind]
+  return models.Pipeline(layers, shape, cells, num_micro, num_replicas=replicas,
+                         schedule=kind, loop_min_micro_batches=loop, **kwargs), shape
+
+
+def _Train(pipe, shape, num_micro, steps, optimizer):
+  """Trains `steps` steps (loss inside the pipeline) on batches that
+  depend on the step alone; returns the losses. `num_micro`: micro-batches
+  of all replicas."""
+  trained = replica_variables.TrainedVariables(pipe)
+
+  @tf.function(autograph=False)
+  def Step(step):
+    x = tf.random.stateless_normal(shape, tf.stack([step, 9]))
+    with tf.GradientTape() as tape:
+      theta = base_layer.WithStepSeed(pipe.theta, tf.stack([tf.cast(step, tf.int64), 0]))
+      loss, _ = pipe.FPropWithLoss(theta, models.MicroLoss((x,), num_micro), x)
+    grads = tape.gradient(loss, trained)
+    with tf.control_dependencies([optimizer.apply_gradients(zip(grads, trained))]):
+      return tf.identity(loss)
+
+  return [float(Step(tf.constant(s))) for s in range(steps)]
+
+
+def _Case(kind, replicas, loop):
+  marks = () if (replicas == 2) != (kind in (ScheduleKind.ZB_H2, ScheduleKind.INTERLEAVED,
+                                               ScheduleKind.ONE_F_ONE_B)) else (
+                                                   pytest.mark.slow,)
+  return pytest.param(kind, replicas, loop, id=f'{kind.name}-R{replicas}-loop{loop}',
+                      marks=marks)
+
+
+@pytest.mark.parametrize('kind,replicas,loop', [
+    _Case(kind, r, loop) for kind in _LAYOUTS for r in (2, 4) for loop in (0, 2)])
+def test_replicas_train_like_one_pipeline(kind, replicas, loop):
+  """R replicas of M micro-batches against one pipeline of R*M on the same
+  global batches, dropout on: the losses and every variable after three
+  momentum steps (rtol 1e-5)."""
+  results = []
+  for r in (1, replicas):
+    num_micro = 8 // r
+    tf.random.set_seed(5)
+    pipe, shape = _Pipeline(kind, r, num_micro, loop)
+    optimizer = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+    losses = _Train(pipe, shape, 8, 3, optimizer)
+    results.append((losses, {v.name: v.numpy() for v in pipe.trainable_variables}))
+  (losses1, weights1), (losses_r, weights_r) = results
+  transparency.AssertClose(losses_r, losses1, 'losses')
+  assert sorted(weights1) == sorted(weights_r)
+  for name in weights1:
+    transparency.AssertClose(weights_r[name], weights1[name], name)
+
+
+@pytest.mark.parametrize('loop', [0, 2])
+def test_replica_copies_stay_bitwise_identical(loop):
+  """After ten Adam steps every replica's copy equals its original bit for
+  bit, and so do their slots."""
+  pipe, shape = _Pipeline(ScheduleKind.ZB_H1, 4, 2, loop)
+  optimizer = tf.compat.v1.train.AdamOptimizer(0.01)
+  _Train(pipe, shape, 8, 10, optimizer)
+  pairs = replica_variables.CopiesIn(pipe)
+  assert len(pairs) == len(pipe.trainable_variables)
+  for original, copies in pairs:
+    assert len(copies) == 3
+    for copy in copies:
+      np.testing.assert_array_equal(copy.numpy(), original.numpy(), err_msg=original.name)
+      for slot in optimizer.get_slot_names():
+        np.testing.assert_array_equal(optimizer.get_slot(copy, slot).numpy(),
+                                      optimizer.get_slot(original, slot).numpy())
+
+
+def test_copies_live_on_their_replicas_devices_and_are_not_the_models():
+  pipe, _ = _Pipeline(ScheduleKind.GPIPE, 2, 2, 0)
+  assert all(c.trainable for _, copies in replica_variables.CopiesIn(pipe) for c in copies)
+  model_ids = {id(v) for v in pipe.variables}
+  for original, (copy,) in replica_variables.CopiesIn(pipe):
+    assert id(copy) not in model_ids
+    index = {tf.DeviceSpec.from_string(v.device).device_index for v in (original, copy)}
+    assert index in ({0, 2}, {1, 3}), (original.device, copy.device)
+
+
+@pytest.mark.parametrize('kind,loop', [(ScheduleKind.GPIPE, 0), (ScheduleKind.ZB_H1, 2)])
+def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
+  """One CollectiveReduceV2 per cell on each of its replica devices (the
+  float32 gradients packed), and no sum of replica gradients on one
+  device."""
+  pipe, shape = _Pipeline(kind, 2, 2, loop)
+  trained = replica_variables.TrainedVariables(pipe)
+
+  @tf.function(autograph=False)
+  def Grads(x):
+    with tf.GradientTape() as tape:
+      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 2), x)
+    return tape.gradient(loss, trained)
+
+  graph = Grads.get_concrete_function(tf.TensorSpec(shape)).graph
+  ops = list(graph.get_operations())
+  for function in graph.as_graph_def().library.function:
+    ops.extend(n for n in function.node_def)
+  collectives = [op for op in ops if getattr(op, 'type', getattr(op, 'op', None)) ==
+                 'CollectiveReduceV2']
+  assert len(collectives) == 2 * 2
+  indices = sorted(tf.DeviceSpec.from_string(op.device).device_index for op in collectives)
+  assert indices == [0, 1, 2, 3]
+  assert all(all_reduce.ALL_REDUCE_SCOPE in op.name for op in collectives)
