@@ -1,16 +1,17 @@
-"""Step time of a K=2 pipeline on loopback worker processes against the same
-pipeline on logical devices of one process, and the bytes its workers send.
+"""Step time of R x K pipelines on loopback worker processes or on logical
+devices of one process, and the bytes each worker sends and receives.
 
-  python -m benchmarks.cluster_bench --pairs=5          # alternating, JSON
-  python -m benchmarks.cluster_bench --run=workers      # one run, JSON
-  python -m benchmarks.cluster_bench --run=local --replicas=2
+  python -m benchmarks.cluster_bench --pairs=5          # local vs workers
+  python -m benchmarks.cluster_bench --configs=workers:1x1,workers:2x1
+  python -m benchmarks.cluster_bench --run=workers --replicas=2 --k=2  # one run
 
 Each measured run is a fresh process (--run=local|workers). `workers`
 starts its own `--mode=worker` processes (one intra-op thread each) on free
-loopback ports and kills them at the end; the client connects with
-tf.config.experimental_connect_to_cluster. Bytes are TCP bytes_sent of the
-workers' sockets (`ss -tinp`), read before and after the timed steps, split
-into worker-to-worker (the pipeline's boundary tensors) and worker-to-client.
+loopback ports, R*K of them, and kills them at the end; the client connects
+with tf.config.experimental_connect_to_cluster. Bytes are the TCP
+bytes_sent and bytes_received of the workers' sockets (`ss -tinp`), read
+before and after the timed steps: per worker task, and in all split into
+worker-to-worker (boundary tensors, all-reduce) and worker-to-client.
 """
 
 import json
@@ -21,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from absl import app
 from absl import flags
@@ -39,9 +40,9 @@ flags.DEFINE_integer('steps', 20, 'Timed steps per run.')
 flags.DEFINE_integer('warmup', 3, 'Untimed steps after the first.')
 flags.DEFINE_integer('threads', 1, 'Intra-op threads of each worker and of the '
                      'local process.')
-flags.DEFINE_string('compare_replicas', '', 'With --run empty: alternate R=1 '
-                    'on K workers against R=2 on 2K workers instead '
-                    '("workers" or "local").')
+flags.DEFINE_list('configs', [], 'With --run empty: the runs to alternate, '
+                  'each PLACEMENT:RxK (e.g. workers:2x1); empty: local and '
+                  'workers at --replicas x --k.')
 
 
 def _FreePorts(n: int) -> List[int]:
@@ -54,9 +55,10 @@ def _FreePorts(n: int) -> List[int]:
   return ports
 
 
-def _BytesSent(pids: Dict[int, int]) -> Dict[str, int]:
-  """bytes_sent of the worker processes' TCP sockets (`pids`: pid -> task),
-  by the process at the other end: another worker, or the client."""
+def _Bytes(pids: Dict[int, int]) -> Dict[str, int]:
+  """Bytes of the worker processes' TCP sockets (`pids`: pid -> task):
+  sent by all workers to another worker and to the client, and per task
+  'task_T_sent' and 'task_T_received' (to and from anyone)."""
   out = subprocess.run(['ss', '-tinpH'], capture_output=True, text=True,
                        check=True).stdout
   sockets = []
@@ -67,13 +69,19 @@ def _BytesSent(pids: Dict[int, int]) -> Dict[str, int]:
     if not owner or len(addrs) < 2:
       continue
     sent = re.search(r'bytes_sent:(\d+)', entry)
+    received = re.search(r'bytes_received:(\d+)', entry)
     local, peer = int(addrs[0]), int(addrs[1])
     owner_of_port.setdefault(local, int(owner.group(1)))
-    sockets.append((int(owner.group(1)), peer, int(sent.group(1)) if sent else 0))
+    sockets.append((int(owner.group(1)), peer, int(sent.group(1)) if sent else 0,
+                    int(received.group(1)) if received else 0))
   totals = {'worker_to_worker': 0, 'worker_to_client': 0}
-  for pid, peer, sent in sockets:
+  for task in pids.values():
+    totals[f'task_{task}_sent'] = totals[f'task_{task}_received'] = 0
+  for pid, peer, sent, received in sockets:
     if pid not in pids:
       continue
+    totals[f'task_{pids[pid]}_sent'] += sent
+    totals[f'task_{pids[pid]}_received'] += received
     other = owner_of_port.get(peer)
     if other in pids and other != pid:
       totals['worker_to_worker'] += sent
@@ -88,6 +96,7 @@ def _Run() -> dict:
   from benchmarks import workloads
   from lingvo_pipe.pipeline import cluster_spec
   from lingvo_pipe.pipeline import gpipe
+  from lingvo_pipe.pipeline import replica_variables
   from trainer import cluster_client
   num_devices = FLAGS.k * FLAGS.replicas
   workers, pids, ports = [], {}, []
@@ -120,6 +129,7 @@ def _Run() -> dict:
         layers=workloads.Layers(workloads.WORKLOADS['ffn'].__class__(
             'ffn', FLAGS.num_layers, w.dim, w.hidden, 0, FLAGS.batch, 0))).Instantiate()
     variables = list(model.trainable_variables)
+    trained = replica_variables.TrainedVariables(model)  # and the replicas' copies
     with tf.device(model.devices[0].name):
       x = tf.random.stateless_normal(shape, [1, 2])
 
@@ -127,7 +137,7 @@ def _Run() -> dict:
     def Step(x):
       with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x)))
-      for v, g in zip(variables, tape.gradient(loss, variables)):
+      for v, g in zip(trained, tape.gradient(loss, trained)):
         with tf.device(v.device):
           v.assign_sub(1e-3 * tf.convert_to_tensor(g))
       return loss
@@ -137,13 +147,13 @@ def _Run() -> dict:
     first = time.perf_counter() - start
     for _ in range(FLAGS.warmup):
       Step(x).numpy()
-    before = _BytesSent(pids) if workers else {}
+    before = _Bytes(pids) if workers else {}
     times = []
     for _ in range(FLAGS.steps):
       t0 = time.perf_counter()
       Step(x).numpy()
       times.append(time.perf_counter() - t0)
-    after = _BytesSent(pids) if workers else {}
+    after = _Bytes(pids) if workers else {}
     boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
     result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
                   num_layers=FLAGS.num_layers, batch=FLAGS.batch,
@@ -157,6 +167,9 @@ def _Run() -> dict:
     if workers:
       for key in after:
         result[f'{key}_bytes_per_step'] = (after[key] - before[key]) / FLAGS.steps
+      result['busiest_worker_bytes_per_step'] = max(
+          result[f'task_{t}_sent_bytes_per_step'] + result[f'task_{t}_received_bytes_per_step']
+          for t in pids.values())
     return result
   finally:
     for p in workers:
@@ -164,9 +177,9 @@ def _Run() -> dict:
       p.wait()
 
 
-def _Child(run: str, replicas: int) -> dict:
+def _Child(run: str, replicas: int, k: int) -> dict:
   args = [sys.executable, '-m', 'benchmarks.cluster_bench', f'--run={run}',
-          f'--replicas={replicas}', f'--k={FLAGS.k}', f'--m={FLAGS.m}',
+          f'--replicas={replicas}', f'--k={k}', f'--m={FLAGS.m}',
           f'--num_layers={FLAGS.num_layers}', f'--batch={FLAGS.batch}',
           f'--steps={FLAGS.steps}', f'--warmup={FLAGS.warmup}',
           f'--threads={FLAGS.threads}']
@@ -177,26 +190,44 @@ def _Child(run: str, replicas: int) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _Configs() -> List[Tuple[str, int, int]]:
+  """(placement, R, K) of each run to alternate."""
+  if not FLAGS.configs:
+    return [('local', FLAGS.replicas, FLAGS.k), ('workers', FLAGS.replicas, FLAGS.k)]
+  configs = []
+  for text in FLAGS.configs:
+    match = re.fullmatch(r'(local|workers):(\d+)x(\d+)', text)
+    if not match:
+      raise ValueError(f'--configs entry {text!r}: write PLACEMENT:RxK, e.g. '
+                       'workers:2x1 (placement local or workers).')
+    configs.append((match.group(1), int(match.group(2)), int(match.group(3))))
+  return configs
+
+
 def _Alternate() -> dict:
-  if FLAGS.compare_replicas:
-    configs = [(FLAGS.compare_replicas, 1), (FLAGS.compare_replicas, 2)]
-  else:
-    configs = [('local', FLAGS.replicas), ('workers', FLAGS.replicas)]
-  runs: Dict[str, List[dict]] = {f'{r}_R{n}': [] for r, n in configs}
+  configs = _Configs()
+  names = [f'{run}_R{r}xK{k}' for run, r, k in configs]
+  runs: Dict[str, List[dict]] = {name: [] for name in names}
   for _ in range(FLAGS.pairs):
-    for run, replicas in configs:
-      runs[f'{run}_R{replicas}'].append(_Child(run, replicas))
-  (a, ra), (b, rb) = configs
-  first, second = runs[f'{a}_R{ra}'], runs[f'{b}_R{rb}']
-  ratios = [y['step_s_median'] / x['step_s_median'] for x, y in zip(first, second)]
+    for name, (run, replicas, k) in zip(names, configs):
+      runs[name].append(_Child(run, replicas, k))
+  first = runs[names[0]]
   summary = {
-      'compare': [f'{a}_R{ra}', f'{b}_R{rb}'], 'pairs': FLAGS.pairs,
+      'compare': names, 'pairs': FLAGS.pairs,
       'step_s_medians': {key: statistics.median(r['step_s_median'] for r in rs)
                          for key, rs in runs.items()},
       'examples_per_s_medians': {key: statistics.median(r['examples_per_s'] for r in rs)
                                  for key, rs in runs.items()},
-      'ratio_second_over_first_median': statistics.median(ratios),
-      'ratios': ratios, 'runs': runs}
+      # Paired by alternation: each run's examples/s over the first config's.
+      'examples_per_s_ratio_medians': {
+          key: statistics.median(r['examples_per_s'] / f['examples_per_s']
+                                 for f, r in zip(first, rs))
+          for key, rs in runs.items()},
+      'runs': runs}
+  for key, rs in runs.items():
+    if 'busiest_worker_bytes_per_step' in rs[0]:
+      summary.setdefault('busiest_worker_bytes_per_step_medians', {})[key] = (
+          statistics.median(r['busiest_worker_bytes_per_step'] for r in rs))
   return summary
 
 

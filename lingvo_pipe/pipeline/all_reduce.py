@@ -68,14 +68,18 @@ def Sum(per_replica: Sequence[Sequence[Optional[tf.Tensor]]],
   """
   if len(per_replica) == 1:
     return [list(per_replica[0])]
-  return _SumFunction(len(per_replica), tuple(devices))(
-      [list(g) for g in per_replica])
+  reduce = _Reduce(len(per_replica), tuple(devices))
+  if tf.executing_eagerly():
+    # Every member of a collective must be launched together: one op at a
+    # time would wait forever for the others. In a graph, no function of
+    # its own: a call op without a device would route every gradient
+    # through the caller's default device (the client, on a cluster).
+    reduce = tf.function(reduce, autograph=False)
+  return reduce([list(g) for g in per_replica])
 
 
-def _SumFunction(group_size: int, devices: Tuple[str, ...]):
-  """A tf.function summing over replicas: every member of a collective
-  must be launched together, which a function does also when called
-  eagerly (one op at a time would wait forever for the others)."""
+def _Reduce(group_size: int, devices: Tuple[str, ...]):
+  """The collectives summing [replica] flat gradients over replicas."""
   group_key = _GroupKey(devices)
 
   def Reduce(per_replica: List[List[Optional[tf.Tensor]]]):
@@ -85,7 +89,7 @@ def _SumFunction(group_size: int, devices: Tuple[str, ...]):
     by_dtype: Dict[tf.DType, List[int]] = {}
     for i in present:
       by_dtype.setdefault(per_replica[0][i].dtype, []).append(i)
-    for dtype, indices in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
+    for _, indices in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
       instance_key = _InstanceKey()
       for r, device in enumerate(devices):
         with tf.device(device), tf.name_scope(ALL_REDUCE_SCOPE):
@@ -99,7 +103,6 @@ def _SumFunction(group_size: int, devices: Tuple[str, ...]):
           sizes = [tf.size(g) for g in parts]
           for i, piece, g in zip(indices, tf.split(summed, sizes), parts):
             outputs[r][i] = tf.reshape(piece, tf.shape(g))
-    del dtype
     return outputs
 
-  return tf.function(Reduce, autograph=False)
+  return Reduce

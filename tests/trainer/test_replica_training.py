@@ -1,0 +1,79 @@
+"""The trainer with pipeline replicas: R replicas train as one pipeline on
+the same global batch (clipping and the non-finite check see the reduced
+gradient), the checkpoint holds one copy of the model, and a run resumes
+under another R with every replica's copy and slots restored."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe import model_registry
+from trainer import checkpoint_keys
+from trainer import experiment_params
+from trainer import loop
+
+from tests.trainer import summaries
+
+STEPS = 4
+# A clip norm below the gradients' norm: every step is clipped.
+CLIP = 0.05
+_PIPE = 'task.stack.pipeline.'
+
+
+def _Trainer(logdir, replicas: int, micro: int) -> loop.Trainer:
+  params = experiment_params.ExperimentParams(
+      model_registry.GetExperiment('lm.StdlibBytesTiny'))
+  experiment_params.ApplyOverrides(
+      params, f'task.stack.residual_keep_prob=0.8; trainer.steps_per_loop=2; '
+      f'trainer.clip_gradient_norm_to_value={CLIP}; {_PIPE}num_partitions=2; '
+      f'{_PIPE}num_replicas={replicas}; {_PIPE}num_micro_batches={micro}')
+  return loop.Trainer(params, str(logdir), log=lambda _: None)
+
+
+def _Scalars(logdir, tag):
+  return np.array([v for _, v in summaries.Scalars(logdir, 'train')[tag]])
+
+
+@pytest.fixture(scope='module')
+def one_pipeline(tmp_path_factory):
+  """R=1, M=4: STEPS steps, then STEPS more from its checkpoint."""
+  logdir = tmp_path_factory.mktemp('r1')
+  _Trainer(logdir, 1, 4).Train(STEPS)
+  trainer = _Trainer(logdir, 1, 4)
+  assert trainer.Restore()
+  trainer.Train(2 * STEPS)
+  return logdir
+
+
+def test_two_replicas_train_as_one_pipeline_with_clipping(one_pipeline, tmp_path):
+  trainer = _Trainer(tmp_path, 2, 2)
+  trainer.Train(STEPS)
+  expected = _Scalars(one_pipeline, 'loss')[:STEPS // 2]
+  np.testing.assert_allclose(_Scalars(tmp_path, 'loss'), expected, rtol=1e-5)
+  norms = _Scalars(tmp_path, 'grad_norm')
+  assert (norms > CLIP).all(), norms  # clipped: one norm, of the reduced gradient
+  np.testing.assert_allclose(norms, _Scalars(one_pipeline, 'grad_norm')[:STEPS // 2],
+                             rtol=1e-5)
+  assert trainer.replica_copies
+  for original, (copy,) in trainer.replica_copies:
+    np.testing.assert_array_equal(copy.numpy(), original.numpy(), err_msg=original.name)
+  # One copy of the model in the checkpoint: the keys of R=1's.
+  specs = checkpoint_keys.CheckpointSpecs(trainer.manager.latest_checkpoint)
+  assert specs == checkpoint_keys.CheckpointSpecs(
+      tf.train.latest_checkpoint(str(one_pipeline / 'checkpoints')))
+
+
+@pytest.mark.parametrize('replicas,micro', [(2, 2), (4, 1)])
+def test_resumes_under_another_number_of_replicas(one_pipeline, tmp_path, replicas, micro):
+  """From R=1's checkpoint at STEPS, R replicas continue as R=1 did: every
+  copy and its Adam slots start from the restored ones."""
+  trainer = _Trainer(tmp_path, 1, 4)
+  trainer.Train(STEPS)
+  resumed = _Trainer(tmp_path, replicas, micro)
+  assert resumed.Restore()
+  resumed.Train(2 * STEPS)
+  np.testing.assert_allclose(_Scalars(tmp_path, 'loss'), _Scalars(one_pipeline, 'loss'),
+                             rtol=1e-5)
+  for original, copies in resumed.replica_copies:
+    for copy in copies:
+      np.testing.assert_array_equal(copy.numpy(), original.numpy(), err_msg=original.name)
