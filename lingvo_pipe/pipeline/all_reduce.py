@@ -23,8 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-# The name scope of the collective ops (the profiler's timeline reads it).
-ALL_REDUCE_SCOPE = 'replica_all_reduce'
+from lingvo_pipe.pipeline.scope_names import ALL_REDUCE_SCOPE
 
 _lock = threading.Lock()
 _instance_keys = itertools.count(1)

@@ -22,7 +22,6 @@ from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_compilation
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cells
-from lingvo_pipe.pipeline.cells import CellParams
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_executor
@@ -129,12 +128,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              '(pipeline/cell_compilation.py says what stays outside).')
     return p
 
-  # The cells are views of the layers (cells.CellView), the runners hold
-  # traced functions, the plan is data and the replicas' copies of the
-  # variables are not the model's: none is part of the model's variables.
+  # Views of the layers (cells.CellView), traced functions, data and the
+  # replicas' copies (replica_variables): none is the model's variables.
   _TF_MODULE_IGNORED_PROPERTIES = frozenset(
-      ('_cells', '_cell_layer_indices', '_runners', '_replica_runners',
-       'plan', 'replica_variables')).union(
+      ('_cells', '_cell_layer_indices', '_replica_runners', 'plan',
+       'replica_variables')).union(
           base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -150,21 +148,19 @@ class PipeliningLayer(base_layer.BaseLayer):
     if not p.micro_batch_size:
       resolved.Actions(p.num_micro_batches)  # M against the schedule, at build
     self.__dict__['plan'] = resolved
-    self.num_devices = resolved.num_devices
-    self.num_cells = resolved.num_cells
+    self.num_devices, self.num_cells = resolved.num_devices, resolved.num_cells
     # [replica][cell]; the model's variables live on replica 0's devices.
     self.replica_devices = [list(row) for row in resolved.replica_devices]
     self.devices = self.replica_devices[0]
     # The layers are the pipeline's own, named and initialized by their
     # place in the unpartitioned network; each on its cell's device.
-    layer_devices = [[''] * len(layer_params) for _ in self.replica_devices]
-    for r, row in enumerate(self.replica_devices):
-      for k, run in enumerate(self._cell_layer_indices):
-        for i in run:
-          layer_devices[r][i] = row[k].name
-    self.CreateChildren('layers', layer_params, devices=layer_devices[0])
+    layer_devices = [''] * len(layer_params)
+    for k, run in enumerate(self._cell_layer_indices):
+      for i in run:
+        layer_devices[i] = self.devices[k].name
+    self.CreateChildren('layers', layer_params, devices=layer_devices)
     self.__dict__['replica_variables'] = replica_variables.ReplicaVariables(
-        self.layers, layer_devices)
+        self.layers, self._cell_layer_indices, self.replica_devices)
     with self.name_scope:
       views = [cells.CellView(cp, [self.layers[i] for i in run])
                for cp, run in zip(cell_params, self._cell_layer_indices)]
@@ -173,7 +169,6 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['_replica_runners'] = [
         [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(views, row)]
         for row in self.replica_devices]
-    self.__dict__['_runners'] = self._replica_runners[0]
 
   @property
   def cells(self) -> List[base_layer.BaseLayer]:
@@ -194,8 +189,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, batches = self._Executor(self._ComputeThetas(thetas[:1]), inputs,
-                                    num_micro, training=False)
+      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+                                   training=False)
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
@@ -230,8 +225,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
     if base_layer.IsEvalMode():
-      run, batches = self._Executor(self._ComputeThetas(thetas[:1]), inputs,
-                                    num_micro, training=False, loss_fn=loss_fn)
+      run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
+                                   training=False, loss_fn=loss_fn)
       last_outputs = run.Forwards()
       return run.Loss(), containers.UnwrapSingle(batches.Outputs(last_outputs))
     loss, outputs = train_step.LossInside(
@@ -250,28 +245,22 @@ class PipeliningLayer(base_layer.BaseLayer):
     """[replica][cell] the cell's theta read on its device: replica 0's
     from `theta`, in training each other replica's from its own copies
     (replica_variables)."""
-    cell_thetas = self.CellThetas(theta)
-    thetas = [[]]
-    for k, t in enumerate(cell_thetas):
+    thetas = []
+    for k, t in enumerate(self.CellThetas(theta)):
       with tf.device(self.devices[k].name):
-        thetas[0].append(tf.nest.map_structure(tf.convert_to_tensor, t))
-    if base_layer.IsEvalMode():
-      return thetas
-    return thetas + [[self.replica_variables.Theta(cell, t, r, row[k].name)
-                      for k, (cell, t) in enumerate(zip(self.cells, thetas[0]))]
-                     for r, row in enumerate(self.replica_devices) if r]
+        thetas.append(tf.nest.map_structure(tf.convert_to_tensor, t))
+    return [thetas] + ([] if base_layer.IsEvalMode() else
+                       self.replica_variables.Thetas(self.cells, thetas))
 
   def _ComputeThetas(self, thetas: List[List[NestedMap]]) -> List[List[NestedMap]]:
     """[replica][cell] the theta cast to the dtypes the cell's layers
     compute with (core/precision), once per step on its device; the
     identity in float32."""
-    cast = []
-    for row, devices in zip(thetas, self.replica_devices):
-      cast.append([])
-      for k, theta in enumerate(row):
-        with tf.device(devices[k].name):
-          cast[-1].append(precision.CastTheta(self.cells[k], theta))
-    return cast
+    def Cast(k: int, theta: NestedMap, device: cluster.Device) -> NestedMap:
+      with tf.device(device.name):
+        return precision.CastTheta(self.cells[k], theta)
+    return [[Cast(k, *pair) for k, pair in enumerate(zip(row, devices))]
+            for row, devices in zip(thetas, self.replica_devices)]
 
   def _Start(self, num_micro: int, loss_fn: Optional[executor.MicroLossFn] = None
              ) -> train_step.Start:
@@ -304,7 +293,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
-    return containers.ChainMeta(CellParams(params), input_shapes)
+    return containers.ChainMeta(cells.CellParams(params), input_shapes)
 
 
 def _Name(p: hyperparams.Params) -> str:

@@ -12,7 +12,7 @@ warm start, the trainer sets them and their slots to replica 0's
 (trainer/optimizers.SynchronizeCopies).
 """
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -25,38 +25,47 @@ class ReplicaVariables:
 
   Args:
     layers: the pipeline's layers.
-    layer_devices: [replica][layer] the device of each layer in each
-      replica (replica 0's holds the originals).
+    cell_layers: per cell, the indices of its layers.
+    replica_devices: [replica][cell] the cell's device (replica 0's holds
+      the originals).
   """
 
   def __init__(self, layers: Sequence[base_layer.BaseLayer],
-               layer_devices: Sequence[Sequence[str]]) -> None:
+               cell_layers: Sequence[Sequence[int]],
+               replica_devices: Sequence[Sequence[Any]]) -> None:
     self._copies: Dict[int, List[tf.Variable]] = {}
+    self._replica_devices = replica_devices
     self.pairs: List[Tuple[tf.Variable, List[tf.Variable]]] = []
-    if len(layer_devices) < 2:
+    if len(replica_devices) < 2:
       return
-    for i, layer in enumerate(layers):
-      for var in layer.trainable_variables:
+    for k, run in enumerate(cell_layers):
+      for var in [v for i in run for v in layers[i].trainable_variables]:
         copies = []
-        for row in layer_devices[1:]:
-          with tf.init_scope(), tf.device(row[i]):
+        for row in replica_devices[1:]:
+          with tf.init_scope(), tf.device(row[k].name):
             copies.append(tf.Variable(var.read_value(), trainable=True,
                                       name=var.name.split(':')[0] + '/replica_copy'))
         self._copies[id(var)] = copies
         self.pairs.append((var, copies))
 
-  def Theta(self, layer: base_layer.BaseLayer, theta: NestedMap, replica: int,
-            device: str) -> NestedMap:
-    """`theta` of `layer` (a cell) for `replica` >= 1: its trainable
-    variables read from the replica's copies, the other entries
-    (statistics, step seeds) copied from `theta`, on `device`."""
+  def Thetas(self, cells: Sequence[base_layer.BaseLayer],
+             thetas: Sequence[NestedMap]) -> List[List[NestedMap]]:
+    """[replica - 1][cell] the cell's theta for each replica r >= 1, on
+    its device: the trainable variables read from the replica's copies,
+    the other entries (statistics, step seeds) copied from `thetas`
+    (replica 0's)."""
+    out = []
+    for r, row in enumerate(self._replica_devices[1:], 1):
+      out.append([])
+      for cell, theta, device in zip(cells, thetas, row):
 
-    def Entry(owner: base_layer.BaseLayer, name: str, value):
-      copies = self._copies.get(id(getattr(owner, name)))
-      return tf.identity(value) if copies is None else copies[replica - 1].read_value()
+        def Entry(owner: base_layer.BaseLayer, name: str, value, r=r):
+          copies = self._copies.get(id(getattr(owner, name)))
+          return tf.identity(value) if copies is None else copies[r - 1].read_value()
 
-    with tf.device(device):
-      return layer.MapTheta(theta, Entry)
+        with tf.device(device.name):
+          out[-1].append(cell.MapTheta(theta, Entry))
+    return out
 
 
 def CopiesIn(model: base_layer.BaseLayer) -> List[Tuple[tf.Variable, List[tf.Variable]]]:

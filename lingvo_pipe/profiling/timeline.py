@@ -15,7 +15,11 @@ call (device k+1 waits for device k). A device's step gradients after its
 last backward (accumulator reads and deferred weight-gradient products,
 under scope_names.WEIGHT_GRADIENTS_SCOPE) are one more interval,
 WEIGHT_GRADIENTS, from their first op to their last: that work keeps the
-device busy, so the bubble does not count it as idle.
+device busy, so the bubble does not count it as idle. With replicas, a
+device's all-reduce of its cells' gradients (scope_names.ALL_REDUCE_SCOPE)
+is an ALL_REDUCE interval likewise; the bubble leaves it out (it waits on
+the other replicas more than it computes), UnoverlappedAllReduceShare
+measures what of it no computation hides.
 
 Compiled cells (CellCompilation.XLA) show no ops: each compiled call is one
 XLA program run. A device with compiled calls has its calls labelled by
@@ -62,13 +66,14 @@ from lingvo_pipe.profiling.trace_calls import LoadTrace  # part of this module's
 
 
 class Phase(enum.Enum):
-  """What a device does for one (cell, micro-batch), or, WEIGHT_GRADIENTS,
-  for its cells' step gradients after their last backward (micro-batch
-  -1)."""
+  """What a device does for one (cell, micro-batch), or, WEIGHT_GRADIENTS
+  and ALL_REDUCE, for its cells' step gradients after their last backward
+  and their all-reduce over replicas (micro-batch -1)."""
   FORWARD = 'forward'
   RECOMPUTE = 'recompute'
   BACKWARD = 'backward'
   WEIGHT_GRADIENTS = 'weight_gradients'
+  ALL_REDUCE = 'all_reduce'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +130,10 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   Returns:
     Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
     by a RECOMPUTE one when the backward reran forward ops; per device a
-    WEIGHT_GRADIENTS interval (micro-batch -1, on the device's first cell)
-    when the trace has its step gradients; times in microseconds from the
-    start of the first cell call.
+    WEIGHT_GRADIENTS and an ALL_REDUCE interval (micro-batch -1, on the
+    device's first cell) when the trace has its step gradients and their
+    all-reduce; times in microseconds from the start of the first cell
+    call.
 
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
@@ -164,12 +170,14 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     device = devices.get(forwards[0].partition, f'partition {k}')
     intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
     first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
-  for call in trace_calls.WeightGradientCalls(events):
-    if call.partition in first_cell and call.step in steps:
-      cell, device = first_cell[call.partition]
-      start, end = call.Span()
-      intervals.append(Interval(cell, device, -1, Phase.WEIGHT_GRADIENTS,
-                                (start - origin) / 1e6, (end - origin) / 1e6))
+  for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
+                       (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
+    for call in trace_calls.ScopeCalls(events, scope):
+      if call.partition in first_cell and call.step in steps:
+        cell, device = first_cell[call.partition]
+        start, end = call.Span()
+        intervals.append(Interval(cell, device, -1, phase,
+                                  (start - origin) / 1e6, (end - origin) / 1e6))
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
@@ -307,7 +315,7 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
 def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
   """(K, M) of the step the intervals come from."""
   cells = {i.cell for i in intervals}
-  micro = {i.micro_batch for i in intervals if i.phase != Phase.WEIGHT_GRADIENTS}
+  micro = {i.micro_batch for i in intervals if i.micro_batch >= 0}
   return len(cells), len(micro)
 
 
@@ -333,16 +341,42 @@ def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
 
 def BubbleFraction(intervals: Sequence[Interval]) -> float:
   """Idle share of the cells' devices between the first interval's start
-  and the last interval's end: 1 - busy time / (K * span)."""
-  busy = BusyFractions(intervals)
+  and the last interval's end: 1 - busy time / (K * span); ALL_REDUCE
+  left out (UnoverlappedAllReduceShare)."""
+  busy = BusyFractions([i for i in intervals if i.phase != Phase.ALL_REDUCE])
   return 1.0 - sum(busy.values()) / len(busy)
+
+
+def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
+  """The share of the step (first interval's start to last interval's
+  end) when some device runs an ALL_REDUCE and no device computes: the
+  replicas' reduction that nothing hides. 0 without replicas."""
+  reduce = _Union([(i.start_us, i.end_us) for i in intervals if i.phase == Phase.ALL_REDUCE])
+  if not reduce:
+    return 0.0
+  compute = _Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
+  alone = sum(hi - lo for lo, hi in reduce) - sum(
+      max(0.0, min(hi, b) - max(lo, a)) for lo, hi in reduce for a, b in compute)
+  span = max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
+  return alone / span if span > 0 else 0.0
+
+
+def _Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+  """Disjoint spans covering exactly `spans`, sorted."""
+  out: List[Tuple[float, float]] = []
+  for lo, hi in sorted(spans):
+    if out and lo <= out[-1][1]:
+      out[-1] = (out[-1][0], max(out[-1][1], hi))
+    else:
+      out.append((lo, hi))
+  return out
 
 
 def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
   """BubbleFraction of the cells' forwards and backwards alone: without the
   devices' WEIGHT_GRADIENTS, which the unit-time schedule does not model
   (a deferred product after the step's last backward is a serial tail)."""
-  return BubbleFraction([i for i in intervals if i.phase != Phase.WEIGHT_GRADIENTS])
+  return BubbleFraction([i for i in intervals if i.micro_batch >= 0])
 
 
 def Summary(intervals: Sequence[Interval],
@@ -361,10 +395,15 @@ def Summary(intervals: Sequence[Interval],
           f'{schedule.MeasuredBubble(tasks):.3f}')
 
 
+# The labels of a device's intervals of the whole step (micro-batch -1).
+_STEP_LABELS = {Phase.WEIGHT_GRADIENTS: 'W', Phase.ALL_REDUCE: 'AR'}
+
+
 def _EventName(interval: Interval) -> str:
-  """'F3', 'R3', 'B3' (phase and micro-batch), or 'W' for weight gradients."""
-  if interval.phase == Phase.WEIGHT_GRADIENTS:
-    return 'W'
+  """'F3', 'R3', 'B3' (phase and micro-batch), 'W' for weight gradients,
+  'AR' for the all-reduce."""
+  if interval.micro_batch < 0:
+    return _STEP_LABELS[interval.phase]
   return f'{interval.phase.value[0].upper()}{interval.micro_batch}'
 
 
@@ -393,8 +432,7 @@ def WriteGantt(intervals: Sequence[Interval], path: str,
   from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
   devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
   bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
-                    {Phase.RECOMPUTE: '', Phase.WEIGHT_GRADIENTS: 'W'}.get(
-                        i.phase, str(i.micro_batch)))
+                    {Phase.RECOMPUTE: '', **_STEP_LABELS}.get(i.phase, str(i.micro_batch)))
           for i in intervals]
   gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
              title=f'Pipeline step timeline: {Summary(intervals, tasks)}',

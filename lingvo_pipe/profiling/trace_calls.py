@@ -64,7 +64,7 @@ KEPT_BACKWARD_SCOPE = scope_names.KEPT_BACKWARD_SCOPE
 # A name scope segment naming one of those scopes (TF may append _N).
 _KEPT_SEGMENT = re.compile(rf'({KEPT_FORWARD_SCOPE}|{KEPT_BACKWARD_SCOPE})(?:_\d+)?')
 WEIGHT_GRADIENTS_SCOPE = scope_names.WEIGHT_GRADIENTS_SCOPE
-_WEIGHT_GRADIENTS_SEGMENT = re.compile(rf'{WEIGHT_GRADIENTS_SCOPE}(?:_\d+)?')
+ALL_REDUCE_SCOPE = scope_names.ALL_REDUCE_SCOPE
 
 
 @dataclasses.dataclass
@@ -256,15 +256,17 @@ def _PartitionOps(events: List[Event]) -> Iterator[Tuple[Tuple[int, int], int, s
       yield step, process.stats['_c'], e.name.split(':')[0], e
 
 
-def WeightGradientCalls(events: List[Event]) -> List[Call]:
+def ScopeCalls(events: List[Event], scope: str) -> List[Call]:
   """Per step (and loop iteration) and partition, the kernels its own
-  executor ran under WEIGHT_GRADIENTS_SCOPE (a cell's step gradients after
-  its last backward), as one Call with `scope` set; transfers left out."""
+  executor ran under name scope `scope` (or `scope`_N), as one Call with
+  `scope` set; transfers left out. WEIGHT_GRADIENTS_SCOPE: a cell's step
+  gradients after its last backward; ALL_REDUCE_SCOPE: the replicas'
+  all-reduce of its gradients."""
+  segment = re.compile(rf'{scope}(?:_\d+)?')
   calls: Dict[Tuple[Tuple[int, int], int], Call] = {}
   for step, partition, node, e in _PartitionOps(events):
-    if any(_WEIGHT_GRADIENTS_SEGMENT.fullmatch(s) for s in node.split('/')[:-1]):
-      calls.setdefault((step, partition),
-                       Call(step, partition, scope=WEIGHT_GRADIENTS_SCOPE)).events.append(e)
+    if any(segment.fullmatch(s) for s in node.split('/')[:-1]):
+      calls.setdefault((step, partition), Call(step, partition, scope=scope)).events.append(e)
   return list(calls.values())
 
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
-from lingvo_pipe.pipeline import all_reduce
+from lingvo_pipe.pipeline import scope_names
 from lingvo_pipe.pipeline import replica_variables
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
@@ -138,4 +138,4 @@ def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
   assert len(collectives) == 2 * 2
   indices = sorted(tf.DeviceSpec.from_string(op.device).device_index for op in collectives)
   assert indices == [0, 1, 2, 3]
-  assert all(all_reduce.ALL_REDUCE_SCOPE in op.name for op in collectives)
+  assert all(scope_names.ALL_REDUCE_SCOPE in op.name for op in collectives)

@@ -203,13 +203,13 @@ def test_micro_batch_size_and_time_major_inputs():
       input_shapes=[[3, 16, 8]]).Instantiate()
   x = tf.random.stateless_normal([3, 16, 8], [8, 9])
   tasks = []
-  original = pipe._runners[0].Forward
+  original = pipe._replica_runners[0][0].Forward
 
   def Counting(theta, inputs, *args, **kwargs):
     tasks.append(inputs[0].shape)
     return original(theta, inputs, *args, **kwargs)
 
-  pipe._runners[0].Forward = Counting
+  pipe._replica_runners[0][0].Forward = Counting
   transparency.CheckTransparent(pipe, (x,), 4, loss_fn=tf.reduce_sum, eager=True)
   assert tasks == [tf.TensorShape([3, 4, 8])] * 4
 

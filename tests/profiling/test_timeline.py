@@ -85,6 +85,49 @@ def test_bubble_of_hand_made_intervals():
   assert _BubbleBySweep(intervals) == pytest.approx(0.3)
 
 
+def test_unoverlapped_all_reduce_of_hand_made_intervals():
+  """Over [0, 20): device 0 computes [0, 10), device 1 [0, 12); their
+  all-reduces run [8, 16) and [9, 18): [12, 18) has no computation, 6 of
+  20 microseconds; the bubble leaves the all-reduce out."""
+  reduce = [timeline.Interval(c, f'CPU:{c}', -1, Phase.ALL_REDUCE, lo, hi)
+            for c, lo, hi in ((0, 8, 16), (1, 9, 18))]
+  compute = [_Interval(0, 0, 10), _Interval(1, 0, 12), _Interval(1, 19, 20)]
+  assert timeline.UnoverlappedAllReduceShare(compute + reduce) == pytest.approx(0.3)
+  assert timeline.UnoverlappedAllReduceShare(compute) == 0.0
+  assert timeline.BubbleFraction(compute + reduce) == pytest.approx(
+      1 - (10 + 13) / 40)
+
+
+def test_replicas_all_reduce_shows_per_device(tmp_path):
+  """R=2 x K=2: each of the four devices has an ALL_REDUCE interval, after
+  its step gradients start."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core.layers import linear
+  from lingvo_pipe.pipeline import gpipe
+  from lingvo_pipe.pipeline import replica_variables
+  layers = [linear.ProjectionLayer.Params().Set(
+      name=f'p{i}', input_dim=16, output_dim=16, activation=linear.Activation.RELU)
+            for i in range(4)]
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2, num_replicas=2,
+      input_shapes=[[8, 16]]).Instantiate()
+  trained = replica_variables.TrainedVariables(pipe)
+
+  @tf.function(autograph=False)
+  def Step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.square(pipe(tf.ones([8, 16]))))
+    return loss, tape.gradient(loss, trained)
+
+  intervals = timeline.ProfileIntervals(Step, str(tmp_path))
+  reduce = {i.device: i for i in intervals if i.phase == Phase.ALL_REDUCE}
+  weights = {i.device: i for i in intervals if i.phase == Phase.WEIGHT_GRADIENTS}
+  assert len(reduce) == 4 and set(reduce) == set(weights)
+  for device, interval in reduce.items():
+    assert interval.start_us >= weights[device].start_us
+  assert 0.0 <= timeline.UnoverlappedAllReduceShare(intervals) < 1.0
+
+
 def test_bubble_and_summary(intervals):
   bubble = timeline.BubbleFraction(intervals)
   assert bubble == pytest.approx(_BubbleBySweep(intervals), abs=1e-9)

@@ -128,6 +128,40 @@ def test_killed_worker_ends_the_client_and_a_restart_resumes(tmp_path):
   assert f'step {saved + 40:>6}/{saved + 40}' in resumed.stdout, resumed.stdout
 
 
+@pytest.mark.slow  # make test covers the hung worker (the watchdog) instead
+def test_killed_replica_worker_and_a_resume_with_fewer_replicas(tmp_path):
+  """R=2 x K=1 on two workers, the gradients all-reduced between them:
+  killing one ends the client within the bound, naming it; the run resumes
+  from the same checkpoint with R=1 on one worker, the same global batch."""
+  logdir = str(tmp_path)
+  one_cell = 'task.stack.pipeline.num_partitions=1'
+  with worker_cluster.Running(2) as cluster:
+    client = _Client(cluster.spec, logdir, '--max_steps=100000000',
+                     f'--model_params_override=trainer.steps_per_loop=20; {one_cell}; '
+                     'task.stack.pipeline.num_replicas=2')
+    try:
+      _WaitForStep(client, 60)
+      cluster.Kill([1])
+      killed = time.monotonic()
+      code, _, err = _Finish(client, BOUND_S + 30)
+      elapsed = time.monotonic() - killed
+    finally:
+      _Kill(client)
+    assert code == 3, err[-3000:]
+    line = _OneErrorLine(err)
+    assert f'worker task 1 (localhost:{cluster.ports[1]}) is down' in line, line
+    assert elapsed < BOUND_S, elapsed
+    saved = int(re.search(r'ckpt-(\d+)', line).group(1))
+  with worker_cluster.Running(1) as single:
+    resumed = fresh_process.RunPython(
+        '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
+        f'--logdir={logdir}', f'--cluster_spec={single.spec}',
+        f'--model_params_override=trainer.steps_per_loop=20; {one_cell}',
+        f'--max_steps={saved + 40}', timeout_s=300)
+  assert f'at step {saved}' in resumed.stdout, resumed.stdout
+  assert f'step {saved + 40:>6}/{saved + 40}' in resumed.stdout, resumed.stdout
+
+
 def test_a_worker_started_twice_on_one_port_and_bad_worker_flags():
   with worker_cluster.Running(1) as cluster:
     twice = fresh_process.RunPython(
