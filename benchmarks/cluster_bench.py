@@ -12,6 +12,9 @@ with tf.config.experimental_connect_to_cluster. Bytes are the TCP
 bytes_sent and bytes_received of the workers' sockets (`ss -tinp`), read
 before and after the timed steps: per worker task, and in all split into
 worker-to-worker (boundary tensors, all-reduce) and worker-to-client.
+A local run with replicas also profiles one step after the timed ones and
+reports the timeline's share of the step in all-reduce that no computation
+overlapped (profiling/timeline.UnoverlappedAllReduceShare).
 """
 
 import json
@@ -21,6 +24,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List, Tuple
 
@@ -154,6 +158,13 @@ def _Run() -> dict:
       Step(x).numpy()
       times.append(time.perf_counter() - t0)
     after = _Bytes(pids) if workers else {}
+    if FLAGS.run == 'local' and FLAGS.replicas > 1:
+      from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
+      with tempfile.TemporaryDirectory() as logdir:
+        intervals = timeline.ProfileIntervals(lambda: Step(x), logdir, warmup=0)
+      reduce = [i for i in intervals if i.phase == timeline.Phase.ALL_REDUCE]
+      span = max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
+      unoverlapped = timeline.UnoverlappedAllReduceShare(intervals)
     boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
     result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
                   num_layers=FLAGS.num_layers, batch=FLAGS.batch,
@@ -164,6 +175,10 @@ def _Run() -> dict:
                   boundary_bytes_per_step=boundary,
                   weight_bytes=sum(int(v.shape.num_elements()) * 4 for v in variables),
                   tf_version=tf.__version__)
+    if FLAGS.run == 'local' and FLAGS.replicas > 1:
+      result.update(profiled_step_us=span, unoverlapped_all_reduce_share=unoverlapped,
+                    all_reduce_us_per_device=statistics.median(
+                        i.end_us - i.start_us for i in reduce))
     if workers:
       for key in after:
         result[f'{key}_bytes_per_step'] = (after[key] - before[key]) / FLAGS.steps

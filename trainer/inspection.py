@@ -19,6 +19,7 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
+from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import plan as plan_lib
@@ -200,7 +201,7 @@ def ModelPlan(task_params: hyperparams.Params,
   task_params = base_layer.WithInheritedBaseParams(task_params)
   pipelines = BuiltPipelines(task) if task is not None else list(_Pipelines(task_params))
   for path, p, owner in pipelines:
-    cells = gpipe.CellParams(p)
+    cells = cells_lib.CellParams(p)
     resolved = _Plan(p, len(cells), cluster_tasks)
     num_devices, places = resolved.num_devices, resolved.replica_devices
     num_micro = _NumMicroBatches(p)

@@ -5,6 +5,7 @@ import pytest
 
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline.remat import RematPolicy
+from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
 
@@ -102,7 +103,7 @@ def test_partition_matches_pipelining_layer(k):
   layers = _Stack([4, 32, 8, 64, 16, 2, 24])  # unequal layers
   p = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, num_partitions=k,
                                          input_shapes=[[8, 4]])
-  cells = gpipe.CellParams(p)
+  cells = cells_lib.CellParams(p)
   expected = [sum(_Params(lp.input_dim, lp.output_dim) for lp in c.sub) for c in cells]
   row = planner.Estimate(layers, [[8, 4]], k, 2, RematPolicy.PER_CELL)
   assert row.param_bytes == expected

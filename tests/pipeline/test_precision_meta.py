@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline.remat import RematPolicy
@@ -48,7 +49,7 @@ def _CellActBytes(key):
       base_layer.WithInheritedBaseParams(params.task)))
   shapes = tuple(tf.TensorShape(s) for s in pipe.input_shapes)
   act = []
-  for cell in gpipe.CellParams(pipe):
+  for cell in cells_lib.CellParams(pipe):
     meta = cell.cls.FPropMeta(cell, *shapes)
     shapes = meta.out_shapes
     act.append(meta.act_bytes)
