@@ -25,6 +25,12 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline.scope_names import ALL_REDUCE_SCOPE
 
+# Chunks of a ring all-reduce in flight per device. TensorFlow's default
+# (-1: its own choice) took 0.33 s for 134 MB between two loopback workers,
+# 8 took 0.15-0.22 s (plain transfers of the same bytes: 0.09-0.10 s);
+# docs/several_machines.md has the measurements.
+_SUBDIVISIONS = 8
+
 _lock = threading.Lock()
 _instance_keys = itertools.count(1)
 _group_keys: Dict[Tuple[str, ...], int] = {}
@@ -98,7 +104,8 @@ def _Reduce(group_size: int, devices: Tuple[str, ...]):
               input=packed, group_size=group_size, group_key=group_key,
               instance_key=instance_key,
               ordering_token=[_OrderingToken(device)],
-              merge_op='Add', final_op='Id')
+              merge_op='Add', final_op='Id',
+              max_subdivs_per_device=_SUBDIVISIONS)
           sizes = [tf.size(g) for g in parts]
           for i, piece, g in zip(indices, tf.split(summed, sizes), parts):
             outputs[r][i] = tf.reshape(piece, tf.shape(g))
