@@ -44,6 +44,9 @@ flags.DEFINE_integer('steps', 20, 'Timed steps per run.')
 flags.DEFINE_integer('warmup', 3, 'Untimed steps after the first.')
 flags.DEFINE_integer('threads', 1, 'Intra-op threads of each worker and of the '
                      'local process.')
+flags.DEFINE_bool('pin_workers', False, 'Pin worker task t to core t mod the '
+                  "cores (taskset): a worker's ops then share one core (its "
+                  'inter-op threads would otherwise use two).')
 flags.DEFINE_list('configs', [], 'With --run empty: the runs to alternate, '
                   'each PLACEMENT:RxK (e.g. workers:2x1); empty: local and '
                   'workers at --replicas x --k.')
@@ -110,8 +113,9 @@ def _Run() -> dict:
       spec = 'worker=' + ','.join(f'localhost:{p}' for p in ports)
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
       for t in range(num_devices):
+        pin = ['taskset', '-c', str(t % os.cpu_count())] if FLAGS.pin_workers else []
         workers.append(subprocess.Popen(
-            [sys.executable, '-m', 'trainer.trainer', '--mode=worker', f'--task={t}',
+            pin + [sys.executable, '-m', 'trainer.trainer', '--mode=worker', f'--task={t}',
              f'--cluster_spec={spec}', f'--worker_threads={FLAGS.threads}'],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True))
@@ -168,7 +172,7 @@ def _Run() -> dict:
     boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
     result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
                   num_layers=FLAGS.num_layers, batch=FLAGS.batch,
-                  threads=FLAGS.threads, steps=FLAGS.steps,
+                  threads=FLAGS.threads, pinned=FLAGS.pin_workers, steps=FLAGS.steps,
                   step_s_median=statistics.median(times), step_s_min=min(times),
                   first_step_s=first,
                   examples_per_s=FLAGS.batch / statistics.median(times),
@@ -197,7 +201,7 @@ def _Child(run: str, replicas: int, k: int) -> dict:
           f'--replicas={replicas}', f'--k={k}', f'--m={FLAGS.m}',
           f'--num_layers={FLAGS.num_layers}', f'--batch={FLAGS.batch}',
           f'--steps={FLAGS.steps}', f'--warmup={FLAGS.warmup}',
-          f'--threads={FLAGS.threads}']
+          f'--threads={FLAGS.threads}', f'--pin_workers={FLAGS.pin_workers}']
   out = subprocess.run(args, capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   if out.returncode:

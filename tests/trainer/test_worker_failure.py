@@ -97,35 +97,52 @@ def test_hung_worker_ends_the_client_within_the_bound(tmp_path):
   assert elapsed < BOUND_S, elapsed
 
 
+def _Overrides(more: str) -> str:
+  return '--model_params_override=' + '; '.join(
+      o for o in ('trainer.steps_per_loop=20', more) if o)
+
+
+def _KillWorkerOneMidRun(cluster: worker_cluster.Cluster, logdir: str,
+                         overrides: str = '') -> int:
+  """Trains on `cluster` past step 60, kills worker task 1 and checks the
+  client's end: status 3 within the bound, one line naming the task.
+  Returns the step of the checkpoint the line names."""
+  client = _Client(cluster.spec, logdir, '--max_steps=100000000', _Overrides(overrides))
+  try:
+    _WaitForStep(client, 60)
+    cluster.Kill([1])
+    killed = time.monotonic()
+    code, _, err = _Finish(client, BOUND_S + 30)
+    elapsed = time.monotonic() - killed
+  finally:
+    _Kill(client)
+  assert code == 3, err[-3000:]
+  line = _OneErrorLine(err)
+  assert f'worker task 1 (localhost:{cluster.ports[1]}) is down' in line, line
+  assert elapsed < BOUND_S, elapsed
+  saved = int(re.search(r'ckpt-(\d+)', line).group(1))
+  assert saved >= 40  # step 60 was printed before its checkpoint was saved
+  return saved
+
+
+def _Resume(spec: str, logdir: str, saved: int, overrides: str = '') -> None:
+  """Trains 40 steps more from the checkpoint at `saved`."""
+  resumed = fresh_process.RunPython(
+      '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
+      f'--logdir={logdir}', f'--cluster_spec={spec}',
+      _Overrides(overrides), f'--max_steps={saved + 40}', timeout_s=300)
+  assert f'at step {saved}' in resumed.stdout, resumed.stdout
+  assert f'step {saved + 40:>6}/{saved + 40}' in resumed.stdout, resumed.stdout
+
+
 @pytest.mark.slow  # make test covers the hung worker (the watchdog) instead
 def test_killed_worker_ends_the_client_and_a_restart_resumes(tmp_path):
-  logdir = str(tmp_path)
   with worker_cluster.Running(2) as cluster:
-    client = _Client(cluster.spec, logdir, '--max_steps=100000000')
-    try:
-      _WaitForStep(client, 60)
-      cluster.Kill([1])
-      killed = time.monotonic()
-      code, _, err = _Finish(client, BOUND_S + 30)
-      elapsed = time.monotonic() - killed
-    finally:
-      _Kill(client)
-    assert code == 3, err[-3000:]
-    line = _OneErrorLine(err)
-    assert f'worker task 1 (localhost:{cluster.ports[1]}) is down' in line, line
-    assert elapsed < BOUND_S, elapsed
-    saved = int(re.search(r'ckpt-(\d+)', line).group(1))
-    assert saved >= 40  # step 60 was printed before its checkpoint was saved
+    saved = _KillWorkerOneMidRun(cluster, str(tmp_path))
     # Restart everything: both workers on their ports, then the client.
     cluster.Kill()
     cluster.Start()
-    resumed = fresh_process.RunPython(
-        '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
-        f'--logdir={logdir}', f'--cluster_spec={cluster.spec}',
-        '--model_params_override=trainer.steps_per_loop=20',
-        f'--max_steps={saved + 40}', timeout_s=300)
-  assert f'at step {saved}' in resumed.stdout, resumed.stdout
-  assert f'step {saved + 40:>6}/{saved + 40}' in resumed.stdout, resumed.stdout
+    _Resume(cluster.spec, str(tmp_path), saved)
 
 
 @pytest.mark.slow  # make test covers the hung worker (the watchdog) instead
@@ -133,33 +150,12 @@ def test_killed_replica_worker_and_a_resume_with_fewer_replicas(tmp_path):
   """R=2 x K=1 on two workers, the gradients all-reduced between them:
   killing one ends the client within the bound, naming it; the run resumes
   from the same checkpoint with R=1 on one worker, the same global batch."""
-  logdir = str(tmp_path)
   one_cell = 'task.stack.pipeline.num_partitions=1'
   with worker_cluster.Running(2) as cluster:
-    client = _Client(cluster.spec, logdir, '--max_steps=100000000',
-                     f'--model_params_override=trainer.steps_per_loop=20; {one_cell}; '
-                     'task.stack.pipeline.num_replicas=2')
-    try:
-      _WaitForStep(client, 60)
-      cluster.Kill([1])
-      killed = time.monotonic()
-      code, _, err = _Finish(client, BOUND_S + 30)
-      elapsed = time.monotonic() - killed
-    finally:
-      _Kill(client)
-    assert code == 3, err[-3000:]
-    line = _OneErrorLine(err)
-    assert f'worker task 1 (localhost:{cluster.ports[1]}) is down' in line, line
-    assert elapsed < BOUND_S, elapsed
-    saved = int(re.search(r'ckpt-(\d+)', line).group(1))
+    saved = _KillWorkerOneMidRun(cluster, str(tmp_path),
+                                 f'{one_cell}; task.stack.pipeline.num_replicas=2')
   with worker_cluster.Running(1) as single:
-    resumed = fresh_process.RunPython(
-        '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
-        f'--logdir={logdir}', f'--cluster_spec={single.spec}',
-        f'--model_params_override=trainer.steps_per_loop=20; {one_cell}',
-        f'--max_steps={saved + 40}', timeout_s=300)
-  assert f'at step {saved}' in resumed.stdout, resumed.stdout
-  assert f'step {saved + 40:>6}/{saved + 40}' in resumed.stdout, resumed.stdout
+    _Resume(single.spec, str(tmp_path), saved, one_cell)
 
 
 def test_a_worker_started_twice_on_one_port_and_bad_worker_flags():
