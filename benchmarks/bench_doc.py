@@ -203,10 +203,51 @@ def TimelineSection(out_dir: pathlib.Path) -> str:
       f'The schedules\' measured figures are in [docs/benchmarks/schedules.md]'
       f'({out_dir.name}/schedules.md): 1F1B against fill-drain (allocator peak '
       'and step time, transformer-act K=4 M=8), interleaved against fill-drain '
-      '(the measured bubble, ffn K=4 M=8) and the tick loop against the unrolled '
-      'step (first step and step time, ffn K=4 and transformer K=8); '
+      '(the measured bubble, ffn K=4 M=8) and the loop against the unrolled '
+      'step (first step and step time); the zero-bubble schedules against 1F1B '
+      'are in [docs/benchmarks/zero_bubble.md](benchmarks/zero_bubble.md); '
       '[docs/schedules.md](schedules.md) describes the schedules.')
   return '\n\n'.join(parts)
+
+
+def DataParallelSection(data: Optional[dict]) -> str:
+  """The headline figures of docs/benchmarks/data_parallel.json (R
+  replicas on loopback workers, all-reduce against the parameter-server
+  layout it replaced); docs/several_machines.md has the tables."""
+  if data is None:
+    return _Missing('python -m benchmarks.cluster_bench --configs=... '
+                    '(docs/several_machines.md, "Data-parallel replicas")')
+  s = data['summary']
+  bytes_ratio = s['busiest_worker_bytes_ratio_allreduce_over_ps']
+  speed = s['examples_per_s_medians']
+
+  def Pairs(key: str) -> str:
+    return ', '.join(f'{r:.2f}' for r in s[key])
+
+  return '\n'.join([
+      'Raw runs: [docs/benchmarks/data_parallel.json](benchmarks/data_parallel.json); '
+      'protocol and profile: [docs/several_machines.md](several_machines.md), '
+      '"Data-parallel replicas". ffn workload (134 MB of weights) on loopback '
+      'worker processes.',
+      '',
+      '| figure | target | measured |',
+      '|---|---|---|',
+      f'| busiest worker bytes/step, R=4 x K=1, all-reduce / parameter server '
+      f'| <= 0.5x | {bytes_ratio["R4K1"]:.2f}x |',
+      f'| the same, R=2 x K=2 | <= 0.5x | {bytes_ratio["R2K2"]:.2f}x (an fp32 '
+      'all-reduce cannot go below 1x at R=2) |',
+      f'| examples/s R=2 x K=1 / R=1, batch 256, one core per worker '
+      f'| >= 1.6x | {speed["workers_R2xK1_B256"] / speed["workers_R1xK1_B256"]:.2f}x '
+      f'(pairs {Pairs("R2xK1_over_R1xK1_B256_pairs")}) |',
+      f'| the same at batch 2048 | | '
+      f'{speed["workers_R2xK1_B2048"] / speed["workers_R1xK1_B2048"]:.2f}x '
+      f'(pairs {Pairs("R2xK1_over_R1xK1_B2048_pairs")}) |',
+      f'| examples/s R=2 x K=2 on 4 workers / R=1 x K=2 on 2 (2 cores) | report '
+      f'| {speed["workers_R2xK2_B256"] / speed["workers_R1xK2_B256"]:.2f}x |',
+      f'| share of the step in all-reduce that no computation overlaps, R=2 x '
+      f'K=2, one process | report | '
+      f'{", ".join(f"{x:.1%}" for x in s["unoverlapped_all_reduce_share_R2xK2_local"])} |',
+  ])
 
 
 def _Cores(machine: Dict[str, str]) -> Optional[int]:
@@ -249,6 +290,8 @@ def RenderDoc(out_dir: pathlib.Path, machine: Dict[str, str],
       OverheadSection(Load(out_dir, 'overhead')),
       "## Comparison with Lingvo's GPipe",
       CompareSection(Load(out_dir, 'compare_lingvo')),
+      '## Data-parallel replicas (several machines)',
+      DataParallelSection(Load(out_dir, 'data_parallel')),
       '## Timeline', TimelineSection(out_dir),
       '## Profiles', profiles,
   ]

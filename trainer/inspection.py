@@ -140,9 +140,8 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
              f'{best.remat.name} schedule {planner.ScheduleName(best)}'
              if best else 'none fits')
   per_replica = (f'; for each of the {p.num_replicas} replicas: 1/'
-                 f'{p.num_replicas} of the batch, and the weights once per '
-                 'device (replica 0 also holds the optimizer slots and adds '
-                 'the replicas\' gradients)' if p.num_replicas > 1 else '')
+                 f'{p.num_replicas} of the batch, with its own copy of the '
+                 'weights and optimizer slots' if p.num_replicas > 1 else '')
   names = ', '.join(k.name for k, _ in schedules)
   return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
           f'{optimizer_slots} optimizer slot(s); per row the device with the '
@@ -208,7 +207,7 @@ def ModelPlan(task_params: hyperparams.Params,
     bubble = ('unknown (micro_batch_size needs input_shapes)' if num_micro is None
               else f'{resolved.UnitBubble(num_micro):.1%}')
     replicas = (f', R={p.num_replicas} replicas of 1/{p.num_replicas} of the '
-                'batch each (variables and updates on replica 0)'
+                'batch each (own copies of the variables, gradients all-reduced)'
                 if p.num_replicas > 1 else '')
     lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
                  f'micro-batches{replicas}, remat {p.remat.name}, schedule '
