@@ -18,16 +18,18 @@ r*M + m of the whole batch (its dropout masks too).
   multiplies them into the accumulators. Where the decision cannot defer
   (remat NONE or PER_LAYER, one micro-batch, compiled cells), I is a B
   and its W does nothing.
+- REDUCE (replicas only: plan.Order puts it after the cell's last B or W
+  on its device) reads the cell's step gradients in every replica and
+  sums them over the replicas with a collective all-reduce
+  (all_reduce.py), each replica receiving the sum on its own device.
 
 Training with the loss outside the pipeline (FProp) runs the forwards
 (Forwards) and, from the outer tape's gradients, the rest (Backwards);
 with the loss inside (FPropWithLoss) every action in one go (Run).
 Evaluation runs the forwards alone. Each replica trains its own copy of
-its cells' variables (replica_variables.py): each cell's gradients are
-summed over replicas by a collective all-reduce (all_reduce.py) that
-every replica receives on its own device, as soon as the cell's
-backwards end; the statistics are added on replica 0's devices, where the
-model's variables live (Result).
+its cells' variables (replica_variables.py), so the cells' gradients are
+all-reduced at their REDUCE; the statistics are added on replica 0's
+devices, where the model's variables live (Result).
 """
 
 import dataclasses
@@ -168,6 +170,7 @@ class Executor:
     self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
     self._factors: Dict[Tuple[int, int, int], Any] = {}
     self._previous: Dict[Tuple[int, int], List[Any]] = {}  # (r, device) -> last
+    self._reduced: Dict[int, List[List[Any]]] = {}  # cell -> [replica] its sums
     num_r, num_m = plan.num_replicas, self._num_micro
     self._updates: List[List[List[NestedMap]]] = [
         [[] for _ in range(plan.num_cells)] for _ in range(num_r)]
@@ -203,19 +206,23 @@ class Executor:
     return self._Result()
 
   def _Result(self) -> StepResult:
-    """The step's results, replicas added."""
+    """The step's results, replicas added (at their REDUCE)."""
     plan = self._plan
-    grads = []
-    for r in range(plan.num_replicas):
-      per_cell = []
-      for c, runner in enumerate(self._runners[r]):
-        # After the device's last action: a device whose cells end at
-        # different times runs its remaining backwards first.
-        with tf.control_dependencies(self._previous.get((r, plan.cell_devices[c]), [])):
-          per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
-      grads.append(per_cell)
-    return StepResult(self.Loss(), self.last_outputs, self.input_grads,
-                      SumOverReplicas(grads, plan.replica_devices), self.Updates())
+    if plan.num_replicas > 1:
+      grads = [[self._reduced[c][r] for c in range(plan.num_cells)]
+               for r in range(plan.num_replicas)]
+    else:
+      # After the device's last action: a device whose cells end at
+      # different times runs its remaining backwards first.
+      grads = [[self._StepGradients(0, c) for c in range(plan.num_cells)]]
+    return StepResult(self.Loss(), self.last_outputs, self.input_grads, grads,
+                      self.Updates())
+
+  def _StepGradients(self, r: int, c: int) -> List[Any]:
+    """Cell c's step gradients in replica r, after its device's last
+    action so far."""
+    with self._After(r, c):
+      return self._runners[r][c].gradients.StepGradients(self._thetas[r][c])
 
   def Loss(self) -> Optional[tf.Tensor]:
     """The sum of the micro-batch losses on the last cell's device (None
@@ -248,6 +255,12 @@ class Executor:
 
   def _Emit(self, order: Sequence[Action]) -> None:
     for action in order:
+      if action.kind == ActionKind.REDUCE:
+        c = action.cell
+        self._reduced[c] = all_reduce.Sum(
+            [self._StepGradients(r, c) for r in range(self._plan.num_replicas)],
+            [row[c].name for row in self._plan.replica_devices])
+        continue
       for r in range(self._plan.num_replicas):
         if action.kind == ActionKind.F:
           self._Forward(r, action.cell, action.micro)

@@ -91,8 +91,11 @@ class Plan:
   def Order(self, num_micro: int) -> Tuple[Action, ...]:
     """Every action of one replica in the order the executor emits them:
     by start clock (every action one clock), then device; each device's actions keep
-    their order, and every action comes after the actions it reads."""
-    return _Order(self.Actions(num_micro))
+    their order, and every action comes after the actions it reads. With
+    replicas, each cell's REDUCE (its gradients' all-reduce) right after
+    its last B or W on its device (actions.WithReduce)."""
+    schedule = self.Actions(num_micro)
+    return _Order(actions.WithReduce(schedule) if self.num_replicas > 1 else schedule)
 
   def Decisions(self, num_micro: int) -> Dict[Tuple[int, int], remat.Decision]:
     """remat.Decide for every (cell, micro-batch): a forward that its own

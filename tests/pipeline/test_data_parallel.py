@@ -9,6 +9,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import scope_names
 from lingvo_pipe.pipeline import replica_variables
+from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 from tests import transparency
@@ -139,3 +140,24 @@ def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
   indices = sorted(tf.DeviceSpec.from_string(op.device).device_index for op in collectives)
   assert indices == [0, 1, 2, 3]
   assert all(scope_names.ALL_REDUCE_SCOPE in op.name for op in collectives)
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.ZB_V, ScheduleKind.INTERLEAVED])
+def test_each_cell_reduces_right_after_its_last_weight_gradient(kind):
+  """With replicas the plan's order has one REDUCE per cell, right after
+  the cell's last B or W on its device, where its all-reduce is emitted
+  (also when the device's other cell still has backwards to run); one
+  replica has none."""
+  pipe, _ = _Pipeline(kind, 2, 4, 0)
+  order = pipe.plan.Order(4)
+  devices = pipe.plan.cell_devices
+  for c in range(pipe.num_cells):
+    (at,) = [i for i, a in enumerate(order) if a.kind == ActionKind.REDUCE and a.cell == c]
+    on_device = [i for i, a in enumerate(order) if devices[a.cell] == devices[c]
+                 and a.kind != ActionKind.REDUCE]
+    last = max(i for i in on_device
+               if order[i].cell == c and order[i].kind in (ActionKind.B, ActionKind.W))
+    assert not [i for i in on_device if last < i < at], (c, order)
+  assert len([a for a in order if a.kind == ActionKind.REDUCE]) == pipe.num_cells
+  one, _ = _Pipeline(kind, 1, 8, 0)
+  assert not [a for a in one.plan.Order(8) if a.kind == ActionKind.REDUCE]
