@@ -90,10 +90,10 @@ def _Reduce(group_size: int, devices: Tuple[str, ...]):
   def Reduce(per_replica: List[List[Optional[tf.Tensor]]]):
     outputs: List[List[Optional[tf.Tensor]]] = [
         [None] * len(g) for g in per_replica]
-    present = [i for i, g in enumerate(per_replica[0]) if g is not None]
     by_dtype: Dict[tf.DType, List[int]] = {}
-    for i in present:
-      by_dtype.setdefault(per_replica[0][i].dtype, []).append(i)
+    for i, g in enumerate(per_replica[0]):
+      if g is not None:
+        by_dtype.setdefault(g.dtype, []).append(i)
     for _, indices in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
       instance_key = _InstanceKey()
       for r, device in enumerate(devices):

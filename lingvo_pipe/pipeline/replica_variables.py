@@ -54,7 +54,7 @@ class ReplicaVariables:
     its device: the trainable variables read from the replica's copies,
     the other entries (statistics, step seeds) copied from `thetas`
     (replica 0's)."""
-    out = []
+    out: List[List[NestedMap]] = []
     for r, row in enumerate(self._replica_devices[1:], 1):
       out.append([])
       for cell, theta, device in zip(cells, thetas, row):
