@@ -126,3 +126,35 @@ def test_replicas_all_reduce_across_worker_processes(tmp_path):
   local = _Train(tmp_path / 'local', f'--override={one_cell}; '
                  f'task.stack.pipeline.num_micro_batches=4; {_MOMENTUM}')
   _AssertSameTraining(remote, local)
+
+
+_SCHEDULE = "task.stack.pipeline.schedule=enum('lingvo_pipe.pipeline.schedule.ScheduleKind', '{}')"
+# Per schedule: the overrides of a pipeline on two devices per replica.
+_TWO_DEVICES = {
+    'ONE_F_ONE_B': '',
+    'ZB_H1': '',
+    'ZB_H2': '',
+    'INTERLEAVED': ('task.stack.pipeline.num_partitions=4; '
+                    'task.stack.pipeline.cells_per_device=2'),
+    'ZB_V': 'task.stack.pipeline.num_partitions=4',
+}
+
+
+# make test runs replicas on workers with fill-drain above and every
+# schedule with replicas on local devices (tests/pipeline/test_data_parallel.py).
+@pytest.mark.slow
+@pytest.mark.parametrize('kind', sorted(_TWO_DEVICES))
+@pytest.mark.parametrize('loop', [0, 2])
+def test_replicas_on_workers_with_every_schedule(tmp_path, kind, loop):
+  """R=2 on four workers (two devices per replica) with `kind`, unrolled or
+  as a loop, against R=1, M=4 of the same schedule on local devices."""
+  pipeline = '; '.join(o for o in (
+      _SCHEDULE.format(kind), _TWO_DEVICES[kind],
+      f'task.stack.pipeline.loop_min_micro_batches={loop}', _MOMENTUM) if o)
+  with worker_cluster.Running(4) as cluster:
+    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}',
+                    f'--override=task.stack.pipeline.num_replicas=2; {pipeline}')
+  assert collections.Counter(_Task(d) for d in remote['collectives']).keys() == {0, 1, 2, 3}
+  local = _Train(tmp_path / 'local',
+                 f'--override=task.stack.pipeline.num_micro_batches=4; {pipeline}')
+  _AssertSameTraining(remote, local)
