@@ -57,17 +57,26 @@ def Optimizer(tp: hyperparams.Params,
 def ClipByGlobalNorm(grads, clip_norm: float, counted: int = -1):
   """(clipped grads, global norm before clipping); clip_norm 0: no clip.
   The norm is of the first `counted` grads (all if -1): the model's, when
-  the rest are its replica copies' gradients again."""
-  norm = tf.linalg.global_norm(grads if counted < 0 else grads[:counted])
+  the rest are its replica copies' gradients again. Each gradient's square
+  sum and its scaling run next to the gradient (a cell's device, a
+  replica's), so no gradient leaves its device for the norm."""
+  squares = []
+  for g in grads if counted < 0 else grads[:counted]:
+    with tf.device(g.device or None):
+      squares.append(tf.reduce_sum(tf.square(tf.cast(g, tf.float32))))
+  norm = tf.sqrt(tf.add_n(squares)) if squares else tf.constant(0.0)
   if clip_norm <= 0:
     return list(grads), norm
-  clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+  scale = clip_norm / tf.maximum(norm, clip_norm)
+  clipped = []
+  for g in grads:
+    with tf.device(g.device or None):
+      clipped.append(g * tf.cast(scale, g.dtype))
   return clipped, norm
 
 
 def IsFinite(*values: tf.Tensor) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
-
 
 
 def SynchronizeCopies(optimizer: tf.compat.v1.train.Optimizer,

@@ -28,3 +28,30 @@ def test_slots_are_on_their_variables_devices(kind, tmp_path):
       assert slots and all(s is not None for s in slots), v.name
       for s in slots:
         assert s.device == v.device, (v.name, s.device, v.device)
+
+
+def test_clipping_runs_next_to_each_gradient():
+  """The global norm's square sums and the clipped gradients are computed
+  on each gradient's device (no gradient travels for the norm); the values
+  are tf.clip_by_global_norm's, the norm of the first `counted` alone."""
+  from trainer import optimizers  # pylint: disable=g-import-not-at-top
+  values = [tf.constant([3.0, 4.0]), tf.constant([[12.0]])]
+
+  @tf.function(autograph=False)
+  def Clip(counted):
+    grads = []
+    for device, value in zip(('CPU:1', 'CPU:2'), values):
+      with tf.device(device):
+        grads.append(tf.identity(value))
+    return optimizers.ClipByGlobalNorm(grads, 2.0, counted)
+
+  clipped, norm = Clip(-1)
+  expected, expected_norm = tf.clip_by_global_norm(values, 2.0)
+  assert float(norm) == pytest.approx(float(expected_norm)) == pytest.approx(13.0)
+  for got, want in zip(clipped, expected):
+    assert got.numpy() == pytest.approx(want.numpy())
+  assert float(Clip(1)[1]) == pytest.approx(5.0)
+  graph = Clip.get_concrete_function(-1).graph
+  for op in graph.get_operations():
+    if op.type in ('Square', 'Mul'):
+      assert op.device.endswith(('CPU:1', 'CPU:2')), (op.name, op.device)
