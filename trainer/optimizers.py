@@ -60,14 +60,15 @@ def ClipByGlobalNorm(grads, clip_norm: float, counted: int = -1):
   the rest are its replica copies' gradients again. Each gradient's square
   sum and its scaling run next to the gradient (a cell's device, a
   replica's), so no gradient leaves its device for the norm."""
-  squares = []
+  # The arithmetic of tf.linalg.global_norm and tf.clip_by_global_norm.
+  halves = []
   for g in grads if counted < 0 else grads[:counted]:
     with tf.device(g.device or None):
-      squares.append(tf.reduce_sum(tf.square(tf.cast(g, tf.float32))))
-  norm = tf.sqrt(tf.add_n(squares)) if squares else tf.constant(0.0)
+      halves.append(tf.nn.l2_loss(g))
+  norm = tf.sqrt(tf.reduce_sum(tf.stack(halves)) * 2.0)
   if clip_norm <= 0:
     return list(grads), norm
-  scale = clip_norm / tf.maximum(norm, clip_norm)
+  scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
   clipped = []
   for g in grads:
     with tf.device(g.device or None):
