@@ -1,7 +1,5 @@
 """The bfloat16 language-model experiment trains as well as float32."""
 
-import pytest
-
 from lingvo_pipe import model_registry
 from trainer import experiment_params
 from trainer import loop

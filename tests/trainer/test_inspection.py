@@ -39,8 +39,8 @@ def test_model_plan_prints_candidates_around_the_configuration():
   # Fill-drain and 1F1B: K in {1, 2, 4}; interleaved, two cells a device
   # of the four layers: K in {1, 2}; every M and remat.
   assert len(rows) == 3 * 3 * 3 * 2 + 2 * 3 * 3
-  for schedule, ks in (('GPIPE', '124'), ('1F1B', '124'), ('INTERL/2', '12')):
-    assert {(k, m) for _, k, m, _, s in rows if s == schedule} == {
+  for name, ks in (('GPIPE', '124'), ('1F1B', '124'), ('INTERL/2', '12')):
+    assert {(k, m) for _, k, m, _, s in rows if s == name} == {
         (k, m) for k in ks for m in ('2', '4', '8')}
   assert {r[3] for r in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
   assert [r[0] for r in rows].count(True) == 1
