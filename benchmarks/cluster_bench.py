@@ -162,13 +162,17 @@ def _Run() -> dict:
       Step(x).numpy()
       times.append(time.perf_counter() - t0)
     after = _Bytes(pids) if workers else {}
+    profiled = {}
     if FLAGS.run == 'local' and FLAGS.replicas > 1:
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:
         intervals = timeline.ProfileIntervals(lambda: Step(x), logdir, warmup=0)
-      reduce = [i for i in intervals if i.phase == timeline.Phase.ALL_REDUCE]
-      span = max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
-      unoverlapped = timeline.UnoverlappedAllReduceShare(intervals)
+      profiled = dict(
+          profiled_step_us=max(i.end_us for i in intervals) - min(i.start_us for i in intervals),
+          unoverlapped_all_reduce_share=timeline.UnoverlappedAllReduceShare(intervals),
+          all_reduce_us_per_device=statistics.median(
+              i.end_us - i.start_us for i in intervals
+              if i.phase == timeline.Phase.ALL_REDUCE))
     boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
     result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
                   num_layers=FLAGS.num_layers, batch=FLAGS.batch,
@@ -178,11 +182,7 @@ def _Run() -> dict:
                   examples_per_s=FLAGS.batch / statistics.median(times),
                   boundary_bytes_per_step=boundary,
                   weight_bytes=sum(int(v.shape.num_elements()) * 4 for v in variables),
-                  tf_version=tf.__version__)
-    if FLAGS.run == 'local' and FLAGS.replicas > 1:
-      result.update(profiled_step_us=span, unoverlapped_all_reduce_share=unoverlapped,
-                    all_reduce_us_per_device=statistics.median(
-                        i.end_us - i.start_us for i in reduce))
+                  tf_version=tf.__version__, **profiled)
     if workers:
       for key in after:
         result[f'{key}_bytes_per_step'] = (after[key] - before[key]) / FLAGS.steps

@@ -257,9 +257,9 @@ class Executor:
     for action in order:
       if action.kind == ActionKind.REDUCE:
         c = action.cell
-        self._reduced[c] = all_reduce.Sum(
+        self._reduced[c] = SumCellOverReplicas(
             [self._StepGradients(r, c) for r in range(self._plan.num_replicas)],
-            [row[c].name for row in self._plan.replica_devices])
+            self._plan.replica_devices, c)
         continue
       for r in range(self._plan.num_replicas):
         if action.kind == ActionKind.F:
@@ -362,8 +362,14 @@ def SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
   num_cells = len(per_replica[0])
   summed: List[List[Any]] = [[None] * num_cells for _ in per_replica]
   for c in reversed(range(num_cells)):
-    cell = all_reduce.Sum([grads[c] for grads in per_replica],
-                          [row[c].name for row in replica_devices[:len(per_replica)]])
+    cell = SumCellOverReplicas([grads[c] for grads in per_replica], replica_devices, c)
     for r, grads in enumerate(cell):
       summed[r][c] = grads
   return summed
+
+
+def SumCellOverReplicas(per_replica: Sequence[List[Any]],
+                        replica_devices: Sequence[Sequence[Any]], c: int) -> List[List[Any]]:
+  """Cell c's flat theta gradients ([replica]) summed over replicas
+  (all_reduce.Sum), each replica's on its device of the cell."""
+  return all_reduce.Sum(per_replica, [row[c].name for row in replica_devices[:len(per_replica)]])

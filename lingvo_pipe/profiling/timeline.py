@@ -324,17 +324,13 @@ def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
   last interval's end (overlapping intervals count once)."""
   if not intervals:
     raise ValueError('No intervals: nothing to measure a bubble on.')
-  start = min(i.start_us for i in intervals)
-  span = max(i.end_us for i in intervals) - start
+  span = _Span(intervals)
   by_device: Dict[str, List[Tuple[float, float]]] = {}
   for i in intervals:
     by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
   fractions = {}
   for device, spans in sorted(by_device.items()):
-    busy, end = 0.0, start
-    for lo, hi in sorted(spans):
-      busy += max(0.0, hi - max(lo, end))
-      end = max(end, hi)
+    busy = sum(hi - lo for lo, hi in _Union(spans))
     fractions[device] = busy / span if span > 0 else 1.0
   return fractions
 
@@ -357,8 +353,13 @@ def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
   compute = _Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
   alone = sum(hi - lo for lo, hi in reduce) - sum(
       max(0.0, min(hi, b) - max(lo, a)) for lo, hi in reduce for a, b in compute)
-  span = max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
+  span = _Span(intervals)
   return alone / span if span > 0 else 0.0
+
+
+def _Span(intervals: Sequence[Interval]) -> float:
+  """From the first interval's start to the last interval's end."""
+  return max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
 
 
 def _Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
