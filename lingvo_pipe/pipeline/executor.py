@@ -354,20 +354,6 @@ def SumUpdatesOverReplicas(per_replica: Sequence[Sequence[NestedMap]],
   return summed
 
 
-def SumOverReplicas(per_replica: Sequence[Sequence[List[Any]]],
-                    replica_devices: Sequence[Sequence[Any]]) -> List[List[List[Any]]]:
-  """[replica][cell] flat theta gradients summed over replicas
-  (all_reduce.Sum), each on the replica's device; the last cell's first,
-  as the backwards end there first."""
-  num_cells = len(per_replica[0])
-  summed: List[List[Any]] = [[None] * num_cells for _ in per_replica]
-  for c in reversed(range(num_cells)):
-    cell = SumCellOverReplicas([grads[c] for grads in per_replica], replica_devices, c)
-    for r, grads in enumerate(cell):
-      summed[r][c] = grads
-  return summed
-
-
 def SumCellOverReplicas(per_replica: Sequence[List[Any]],
                         replica_devices: Sequence[Sequence[Any]], c: int) -> List[List[Any]]:
   """Cell c's flat theta gradients ([replica]) summed over replicas

@@ -3,8 +3,7 @@
 Per clock of loop_tables each device of each replica runs a tf.switch_case
 over its cells' F, X (B or I), W and KEPT branches: a few calls per cell
 whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
-reads its own copy of the variables on its own devices, and each cell's
-gradients are all-reduced over replicas after the loop.
+reads its own copy of the variables on its own devices.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
 activations, gradients, the last cell's outputs and loss gradients, the
@@ -15,6 +14,12 @@ clock. Weight gradients are added into the cells' accumulators
 (CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
 which weights defer wholly). A B's factor pairs leave the loop for one
 product per weight after it; an I's wait in their array for its W.
+
+With replicas the clocks after the forwards run as one loop per span
+between two cells' REDUCE clocks (loop_tables.ReduceClocks): after each
+span its finished cells' gradients are all-reduced while the next span's
+loop runs the cells still working, as the unrolled executor's REDUCE
+does. A span's loop leaves out the devices that are idle all through it.
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
@@ -104,6 +109,7 @@ class LoopExecutor:
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
     self._state = self._InitialState()
     self._updates: Optional[List[NestedMap]] = None
+    self._reduced: Dict[int, List[List[Any]]] = {}  # cell -> [replica] its sums
 
   # --- phases ----------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class LoopExecutor:
 
   def Run(self) -> executor.StepResult:
     """Every clock, the loss inside: the StepResult."""
-    self._state = self._Loop(0, self._tables.num_clocks, self._state)
+    self._state = self._Spans(0, self._state)
     return self._Result()
 
   def Forwards(self) -> List[List[tuple]]:
@@ -140,7 +146,7 @@ class LoopExecutor:
         dys.append([a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
                     for a, column in zip(state['dys'][r], zip(*per_micro))])
     state['dys'] = dys
-    self._state = self._Loop(self._tables.forward_clocks or 0, self._tables.num_clocks, state)
+    self._state = self._Spans(self._tables.forward_clocks or 0, state)
     return self._Result()
 
   # --- setup -----------------------------------------------------------------
@@ -179,24 +185,30 @@ class LoopExecutor:
 
   # --- the loop ----------------------------------------------------------------
 
+  def _Spans(self, start: int, state: Dict[str, Any]) -> Dict[str, Any]:
+    """The clocks from `start` on; with replicas one loop per span between
+    REDUCE clocks, each finished cell all-reduced after its span."""
+    end = self._tables.num_clocks
+    ends = self._tables.ReduceClocks() if self._num_replicas > 1 else {}
+    for stop in sorted({e for e in ends.values() if start < e < end} | {end}):
+      state = self._Loop(start, stop, state)
+      for c in sorted((c for c, e in ends.items() if start < e <= stop), reverse=True):
+        self._reduced[c] = executor.SumCellOverReplicas(
+            [self._CellGradients(state, r, c) for r in range(self._num_replicas)],
+            self._plan.replica_devices, c)
+      start = stop
+    return state
+
   def _Loop(self, start: int, end: int, state: Dict[str, Any]) -> Dict[str, Any]:
-    tables, num_micro, last = self._tables, self._num_micro, self._num_cells - 1
-    rings = tables.rings
-    slots = dict(
-        acts=[tf.constant(tables.Slots(tables.Writes(F, c), rings.activations[c]))
-              for c in range(last)],
-        grads=[tf.constant(tables.Slots(tables.Writes(X, c + 1), rings.gradients[c]))
-               for c in range(last)],
-        dys=tf.constant(tables.Slots(tables.Writes(F, last), rings.loss_gradients)),
-        outs=tf.constant(tables.Slots(tables.Writes(F, last), num_micro)),
-        d_inputs=tf.constant(tables.Slots(tables.Writes(X, 0), num_micro)),
-        factors=[tf.constant(tables.Slots(tables.Writes(X, c), num_micro))
-                 for c in range(self._num_cells)])
+    tables = self._tables
+    slots = tf.nest.map_structure(tf.constant, tables.WriteSlots())
+    active = [d for d in range(len(tables.cells_on)) if tables.branches[start:end, d].any()]
 
     def Body(t, state):
       new = {key: list(value) for key, value in state.items()}
       for r in range(self._num_replicas):
-        for d, cells in enumerate(tables.cells_on):
+        for d in active:
+          cells = tables.cells_on[d]
           pieces = self._DeviceClock(r, d, cells, t, state)
           for place, c in enumerate(cells):
             self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
@@ -283,7 +295,7 @@ class LoopExecutor:
       dy = tf.nest.pack_sequence_as(self._out_structs[c], [a.read(m % depth) for a in ring])
       dx = runner.Backward(self._MicroTheta(r, c, m), x, dy, self._decisions[c],
                            self._num_micro)
-      return _Flat(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
+      return loop_probes.FlatBackward(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
 
   def _Kept(self, r: int, m: tf.Tensor, state: Dict[str, Any]
             ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
@@ -299,13 +311,13 @@ class LoopExecutor:
       micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
       dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
       forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
-      return forward, _Flat(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
+      return forward, loop_probes.FlatBackward(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
 
   def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
     """W: the product of micro-batch m's factor pairs, from its I's array."""
     runner = self._runners[r][c]
     with tf.device(runner.device):
-      runner.WeightBackward(_Pairs(state['factors'][r * self._num_cells + c],
+      runner.WeightBackward(loop_probes.Pairs(state['factors'][r * self._num_cells + c],
                                    self._layouts[c], lambda a: a.read(m)))
 
   def _Write(self, r: int, c: int, t: tf.Tensor, forward: List[tf.Tensor],
@@ -353,17 +365,13 @@ class LoopExecutor:
   def _Result(self) -> executor.StepResult:
     micro = list(range(self._num_micro))
     state = self._state
-    grads, input_grads = [], []
+    cells = range(self._num_cells)
+    if self._num_replicas > 1:
+      grads = [[self._reduced[c][r] for c in cells] for r in range(self._num_replicas)]
+    else:
+      grads = [[self._CellGradients(state, 0, c) for c in cells]]
+    input_grads = []
     for r, row in enumerate(self._runners):
-      per_cell = []
-      for c, runner in enumerate(row):
-        lane = r * self._num_cells + c
-        if not self._tables.split[c]:
-          with tf.device(runner.device):
-            runner.gradients.PutFactors(_Pairs(state['factors'][lane], self._layouts[c],
-                                               lambda a: loop_arrays.GatherRows(a, micro)))
-        per_cell.append(runner.gradients.StepGradients(self._thetas[r][c]))
-      grads.append(per_cell)
       with tf.device(row[0].device):
         columns = [tf.unstack(a.gather(micro), self._num_micro) if IsDifferentiable(x)
                    else [None] * self._num_micro
@@ -373,22 +381,17 @@ class LoopExecutor:
     if state['losses']:
       with tf.device(self._plan.devices[-1].name):
         loss = tf.add_n(state['losses'])
-    return executor.StepResult(loss, self._LastOutputs(), input_grads,
-                               executor.SumOverReplicas(grads, self._plan.replica_devices),
-                               self.Updates())
+    return executor.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())
 
+  def _CellGradients(self, state: Dict[str, Any], r: int, c: int) -> List[Any]:
+    """Cell c's step gradients in replica r, from the state after its
+    last X or W (a B's factor pairs gathered from their array)."""
+    runner = self._runners[r][c]
+    if not self._tables.split[c]:
+      micro = list(range(self._num_micro))
+      with tf.device(runner.device):
+        runner.gradients.PutFactors(loop_probes.Pairs(
+            state['factors'][r * self._num_cells + c], self._layouts[c],
+            lambda a: loop_arrays.GatherRows(a, micro)))
+    return runner.gradients.StepGradients(self._thetas[r][c])
 
-def _Flat(x: tuple, dx: List[Any], factors: Dict[int, Any]) -> List[tf.Tensor]:
-  """A backward's flat input gradients (zeros for None), then its factors."""
-  return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + [
-      f for i in sorted(factors) for pair in factors[i] for f in pair]
-
-
-def _Pairs(arrays: Sequence[tf.TensorArray], layout: loop_probes.FactorLayout,
-           read: Any) -> Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]:
-  """Each deferring weight's factor pairs, read out of its flat arrays."""
-  flat, pairs = iter(arrays), {}
-  for i, specs in layout:
-    values = [read(next(flat)) for _ in specs]
-    pairs[i] = list(zip(values[0::2], values[1::2]))
-  return pairs

@@ -6,7 +6,8 @@ and the factor pairs of the weight gradients each cell's backward defers
 (which weights defer is known only once a backward is traced). Both are
 read off concrete functions that are traced and never run; the backward
 probe traces the very functions the loop then calls (cell_runner caches
-them), so it costs no second trace.
+them), so it costs no second trace. A factor layout also says how a
+backward's factor pairs flatten into the loop's arrays and back.
 """
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -78,3 +79,19 @@ def FactorLayouts(runners: Sequence[Sequence[cell_runner.CellRunner]],
   traced = tf.function(Probe, autograph=False).get_concrete_function()
   return [[(i, loop_arrays.Specs(flat)) for i, flat in zip(cell_indices, cell)]
           for cell_indices, cell in zip(indices, traced.structured_outputs)]
+
+
+def FlatBackward(x: tuple, dx: List[Any], factors: Dict[int, Any]) -> List[tf.Tensor]:
+  """A backward's flat input gradients (zeros for None), then its factors."""
+  return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + [
+      f for i in sorted(factors) for pair in factors[i] for f in pair]
+
+
+def Pairs(arrays: Sequence[tf.TensorArray], layout: FactorLayout,
+          read: Any) -> Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]:
+  """Each deferring weight's factor pairs, read out of its flat arrays."""
+  flat, pairs = iter(arrays), {}
+  for i, specs in layout:
+    values = [read(next(flat)) for _ in specs]
+    pairs[i] = list(zip(values[0::2], values[1::2]))
+  return pairs

@@ -21,7 +21,7 @@ micro-batches in flight.
 """
 
 import dataclasses
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -87,6 +87,28 @@ class LoopTables:
   def Writes(self, kind: int, cell: int) -> List[int]:
     """The clock of `kind` of `cell` for each micro-batch."""
     return [self.clocks[(kind, cell, m)] for m in range(self.num_micro)]
+
+  def ReduceClocks(self) -> Dict[int, int]:
+    """Per cell the clock after its last X or W: from there its step
+    gradients are final (its REDUCE can start)."""
+    ends: Dict[int, int] = {}
+    for (kind, cell, _), clock in self.clocks.items():
+      if kind != F:
+        ends[cell] = max(ends.get(cell, 0), clock + 1)
+    return ends
+
+  def WriteSlots(self) -> Dict[str, Any]:
+    """Per clock the slot each array is written at (Slots), by the
+    loop's names: per boundary 'acts' and 'grads', per cell 'factors'."""
+    num_cells, rings, num_micro = len(self.split), self.rings, self.num_micro
+    last = num_cells - 1
+    return dict(
+        acts=[self.Slots(self.Writes(F, c), rings.activations[c]) for c in range(last)],
+        grads=[self.Slots(self.Writes(X, c + 1), rings.gradients[c]) for c in range(last)],
+        dys=self.Slots(self.Writes(F, last), rings.loss_gradients),
+        outs=self.Slots(self.Writes(F, last), num_micro),
+        d_inputs=self.Slots(self.Writes(X, 0), num_micro),
+        factors=[self.Slots(self.Writes(X, c), num_micro) for c in range(num_cells)])
 
   def Slots(self, writes: Sequence[int], depth: int) -> np.ndarray:
     """Per clock, the slot written then: micro-batch m's m mod depth at

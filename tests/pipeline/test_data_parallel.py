@@ -161,3 +161,39 @@ def test_each_cell_reduces_right_after_its_last_weight_gradient(kind):
   assert len([a for a in order if a.kind == ActionKind.REDUCE]) == pipe.num_cells
   one, _ = _Pipeline(kind, 1, 8, 0)
   assert not [a for a in one.plan.Order(8) if a.kind == ActionKind.REDUCE]
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.ONE_F_ONE_B, ScheduleKind.ZB_V])
+def test_loop_reduces_a_finished_cell_while_the_others_still_work(kind):
+  """A loop step with replicas runs one loop per span between REDUCE
+  clocks: the all-reduce of a cell that finishes early waits for its span
+  only, not for the loop of the cells still working; one replica runs
+  one loop."""
+  def StepGraph(replicas):
+    pipe, shape = _Pipeline(kind, replicas, 4, 2)
+
+    @tf.function(autograph=False)
+    def Loss(x):
+      return pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4 * replicas), x)[0]
+
+    return pipe, Loss.get_concrete_function(tf.TensorSpec(shape)).graph
+
+  _, graph = StepGraph(2)
+  loops = [op for op in graph.get_operations() if op.type in ('While', 'StatelessWhile')]
+  assert len(loops) > 1
+
+  def Ancestors(op):
+    seen, todo = set(), [op]
+    while todo:
+      current = todo.pop()
+      for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+        if parent not in seen:
+          seen.add(parent)
+          todo.append(parent)
+    return seen
+
+  collectives = [op for op in graph.get_operations() if op.type == 'CollectiveReduceV2']
+  early = [op for op in collectives if loops[-1] not in Ancestors(op)]
+  assert early and len(early) < len(collectives)
+  _, one = StepGraph(1)
+  assert len([op for op in one.get_operations() if op.type in ('While', 'StatelessWhile')]) == 1

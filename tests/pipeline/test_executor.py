@@ -72,16 +72,17 @@ def test_below_the_switch_point_the_step_is_unrolled():
 
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_each_clock_runs_on_the_cells_devices(replicas):
-  """Inside the loop body, every switch, micro-batch gather and array
-  read and write is placed on a cell's device (replica 1's on its own)."""
+  """Inside the loop bodies, every switch, micro-batch gather and array
+  read and write is placed on a cell's device (replica 1's on its own).
+  One loop, or with replicas one per span between REDUCE clocks."""
   layers, shape = models.FfnLayers(dim=64)
   pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=2, schedule=ONE_F,
                          num_replicas=replicas)
   graph_def = _Graph(pipe, shape, 4 * replicas).as_graph_def()
   bodies = [f for f in graph_def.library.function if '_body_' in f.signature.name]
-  assert len(bodies) == 1, [f.signature.name for f in bodies]
+  assert len(bodies) == replicas, [f.signature.name for f in bodies]
   placed = ('TensorListGetItem', 'TensorListSetItem', 'GatherV2', 'Case', 'StatelessCase')
-  ops = [(n.op, n.device) for n in bodies[0].node_def if n.op in placed]
+  ops = [(n.op, n.device) for body in bodies for n in body.node_def if n.op in placed]
   devices = {str(i) for i in range(2 * replicas)}
   assert {device.split(':')[-1] for _, device in ops if device} == devices, ops
   assert all(device for _, device in ops), [op for op, device in ops if not device]
