@@ -167,7 +167,13 @@ def Run(workload_name: str) -> dict:
     from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
     tasks = None if FLAGS.schedule == 'gpipe' else schedule.FromActions(
         model.plan.Actions(FLAGS.m))
-    result['timeline'] = timeline.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
+    intervals = timeline.RecordIntervals(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
+    result['timeline'] = timeline.Summary(intervals, tasks)
+    result['cell_calls_bubble'] = timeline.CellCallsBubbleFraction(intervals)
+    if FLAGS.remat == 'none':  # the timeline's costs model unsplit backwards
+      from lingvo_pipe.profiling import predicted_bubble  # pylint: disable=g-import-not-at-top
+      result['simulated_bubble'] = predicted_bubble.PredictedBubble(
+          model.plan.Actions(FLAGS.m), intervals)
   return result
 
 

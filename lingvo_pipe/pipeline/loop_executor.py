@@ -30,7 +30,7 @@ clocks and then the rest.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
 
@@ -84,8 +84,6 @@ class LoopExecutor:
     self._kept_decision = dataclasses.replace(kept, split=kept.defer and tables.split[-1])
     self._branches = tf.constant(tables.branches)
     self._micro = tf.constant(tables.micro)
-    self._used = {(d, int(b)) for d in range(tables.branches.shape[1])
-                  for b in tables.branches[:, d]}
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = []
     for r, row in enumerate(self._runners):
@@ -202,6 +200,10 @@ class LoopExecutor:
   def _Loop(self, start: int, end: int, state: Dict[str, Any]) -> Dict[str, Any]:
     tables = self._tables
     slots = tf.nest.map_structure(tf.constant, tables.WriteSlots())
+    # Branches that the span never picks are idle ones (a finished cell's
+    # backward is not traced again), and so are devices it never uses.
+    used = {(d, int(b)) for d in range(len(tables.cells_on))
+            for b in tables.branches[start:end, d]}
     active = [d for d in range(len(tables.cells_on)) if tables.branches[start:end, d].any()]
 
     def Body(t, state):
@@ -209,7 +211,7 @@ class LoopExecutor:
       for r in range(self._num_replicas):
         for d in active:
           cells = tables.cells_on[d]
-          pieces = self._DeviceClock(r, d, cells, t, state)
+          pieces = self._DeviceClock(r, d, cells, t, state, used)
           for place, c in enumerate(cells):
             self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
                         new, slots)
@@ -226,9 +228,11 @@ class LoopExecutor:
     return forward, self._in_specs[c] + self._factor_specs[c]
 
   def _DeviceClock(self, r: int, d: int, cells: List[int], t: tf.Tensor,
-                   state: Dict[str, Any]) -> List[List[tf.Tensor]]:
+                   state: Dict[str, Any], used: Set[Tuple[int, int]]
+                   ) -> List[List[tf.Tensor]]:
     """What device d of replica r runs at clock t: a switch_case over its
-    cells' branches. Returns its pieces, forward and backward per cell."""
+    cells' branches, those not in `used` (device, branch) idle. Returns its
+    pieces, forward and backward per cell."""
     with tf.device(self._runners[r][cells[0]].device):
       index = tf.gather(self._branches[t], d)
       m = tf.gather(self._micro[t], d)
@@ -250,9 +254,8 @@ class LoopExecutor:
           return [x for piece in pieces for x in piece]
         return Fn
 
-      # Branches that the table never picks are idle ones.
       fns = [Branch(None, None)] + [
-          Branch(i, kind) if (d, 1 + KINDS * i + kind) in self._used else Branch(None, None)
+          Branch(i, kind) if (d, 1 + KINDS * i + kind) in used else Branch(None, None)
           for i in range(len(cells)) for kind in range(KINDS)]
       flat = tf.switch_case(index, fns)
     pieces, start = [], 0
