@@ -198,7 +198,7 @@ def FillDrainBubble(k: int, m: int) -> float:
 def MeasuredBubbles(runs: List[dict], cell_calls_alone: bool = False) -> List[float]:
   """The measured bubble of every run that profiled a step (pipeline_bench
   --timeline_dir puts the timeline's summary line under 'timeline'): of
-  the whole step, or of its cell calls alone (timeline.Summary)."""
+  the whole step, or of its cell calls alone (bubble.Summary)."""
   pattern = _CELL_CALLS_BUBBLE if cell_calls_alone else _MEASURED_BUBBLE
   found = [pattern.search(r.get('timeline', '')) for r in runs if 'error' not in r]
   return [float(m.group(1)) for m in found if m]

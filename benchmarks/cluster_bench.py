@@ -14,7 +14,7 @@ before and after the timed steps: per worker task, and in all split into
 worker-to-worker (boundary tensors, all-reduce) and worker-to-client.
 A local run with replicas also profiles one step after the timed ones and
 reports the timeline's share of the step in all-reduce that no computation
-overlapped (profiling/timeline.UnoverlappedAllReduceShare).
+overlapped (profiling/bubble.UnoverlappedAllReduceShare).
 """
 
 import json
@@ -164,12 +164,13 @@ def _Run() -> dict:
     after = _Bytes(pids) if workers else {}
     profiled = {}
     if FLAGS.run == 'local' and FLAGS.replicas > 1:
+      from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:
         intervals = timeline.ProfileIntervals(lambda: Step(x), logdir, warmup=0)
       profiled = dict(
           profiled_step_us=max(i.end_us for i in intervals) - min(i.start_us for i in intervals),
-          unoverlapped_all_reduce_share=timeline.UnoverlappedAllReduceShare(intervals),
+          unoverlapped_all_reduce_share=bubble.UnoverlappedAllReduceShare(intervals),
           all_reduce_us_per_device=statistics.median(
               i.end_us - i.start_us for i in intervals
               if i.phase == timeline.Phase.ALL_REDUCE))

@@ -163,17 +163,15 @@ def Run(workload_name: str) -> dict:
       steps=FLAGS.steps, tf_version=tf.__version__,
       fprop_dtype=FLAGS.fprop_dtype, jit_compile=FLAGS.jit_compile)
   if FLAGS.timeline_dir and not FLAGS.baseline:
-    from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
+    from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
+    from lingvo_pipe.profiling import record  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
-    tasks = None if FLAGS.schedule == 'gpipe' else schedule.FromActions(
-        model.plan.Actions(FLAGS.m))
-    intervals = timeline.RecordIntervals(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
-    result['timeline'] = timeline.Summary(intervals, tasks)
-    result['cell_calls_bubble'] = timeline.CellCallsBubbleFraction(intervals)
-    if FLAGS.remat == 'none':  # the timeline's costs model unsplit backwards
-      from lingvo_pipe.profiling import predicted_bubble  # pylint: disable=g-import-not-at-top
-      result['simulated_bubble'] = predicted_bubble.PredictedBubble(
-          model.plan.Actions(FLAGS.m), intervals)
+    actions = model.plan.Actions(FLAGS.m)
+    tasks = None if FLAGS.schedule == 'gpipe' else schedule.FromActions(actions)
+    intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
+    result.update(timeline=bubble.Summary(intervals, tasks),
+                  measured_bubble=bubble.MeasuredBubble(intervals, actions),
+                  simulated_bubble=bubble.PredictedBubble(intervals, actions))
   return result
 
 

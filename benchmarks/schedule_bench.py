@@ -13,6 +13,12 @@ all of them alike):
           16-layer transformer (batch 32) K=8 at M in {8, 32}
   loop_1f1b  the same for 1F1B, ffn K=4 at M in {4, 16, 64}
   loop_zb the same for ZB-H1 and ZB-V (v=2), ffn K=4 at M in {4, 16, 64}
+  loop_k2 the same for every schedule at ffn B256 K=2, one intra-op thread
+          per device (each device a core), M in {4, 16, 64}
+  simulated  the simulator's bubble against the timeline's: every
+          schedule at ffn B256 K=2 M=8, one intra-op thread per device,
+          remat none and per cell, costs measured on the same timeline
+          (profiling/bubble.PredictedBubble)
 
 Raw JSON goes to docs/benchmarks/schedules.json; the page is rendered from
 it, so --sections= only re-renders.
@@ -35,7 +41,7 @@ from absl import flags
 from benchmarks import analysis
 from benchmarks import runner
 
-SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb')
+SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb', 'loop_k2', 'simulated')
 
 FLAGS = flags.FLAGS
 
@@ -83,6 +89,51 @@ def BubbleEntries(timeline_root: str) -> Dict[str, List[str]]:
   return entries
 
 
+SIMULATED_SCHEDULES = ('gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v')
+
+
+def SimulatedEntries(timeline_root: str) -> Dict[str, List[str]]:
+  """Every schedule, remat none and per cell, profiled at K=2 M=8 with
+  one intra-op thread per device; four inter-op threads, so that a
+  device's accumulator updates never hold back the other device's next
+  call (with two, they did: idle time the schedule does not have)."""
+  entries = {}
+  for remat in ('none', 'per_cell'):
+    for schedule in SIMULATED_SCHEDULES:
+      v = 2 if schedule in ('interleaved', 'zb_v') else 1
+      name = f'{schedule}_{remat}'
+      entries[name] = ['--workload=ffn', '--batch=256', '--k=2', '--m=8',
+                       f'--cells_per_device={v}', f'--schedule={schedule}',
+                       f'--remat={remat}', '--remat_last_micro_batch',
+                       '--intra_op_threads=1', '--inter_op_threads=4',
+                       f'--timeline_dir={timeline_root}/{name}']
+  return entries
+
+
+def _RenderSimulated(simulated: Dict[str, dict]) -> List[str]:
+  lines = ['## The simulator against the timeline (ffn B256, K=2, M=8)', '',
+           "Each run profiles one step; the simulator gets that step's costs "
+           "(per cell the median forward and backward, per device its W time "
+           "over its W actions: profiling/bubble.MeasuredCosts) and predicts "
+           "the bubble of the schedule's actions; measured is the timeline's "
+           "bubble of the same actions (bubble.MeasuredBubble: without the "
+           "deferred product after the last backward of a schedule with no "
+           "W). Medians over the runs.", '']
+  rows = []
+  for name, entry in simulated.items():
+    runs = [r for r in entry['runs'] if r.get('simulated_bubble') is not None]
+    measured = runner.Median(runs, 'measured_bubble')
+    predicted = runner.Median(runs, 'simulated_bubble')
+    rows.append([name, runner.Fmt(measured, '.3f'), runner.Fmt(predicted, '.3f'),
+                 runner.Fmt(runner.Ratio(measured, predicted), '.2f', 'x'),
+                 runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'), str(len(runs))])
+  lines += [runner.MarkdownTable(['configuration', 'measured bubble', 'simulated bubble',
+                                  'measured / simulated', 's/step', 'profiles'], rows),
+            '', 'Commands:', '']
+  lines += [f"    {entry['command']}" for entry in simulated.values()]
+  return lines + ['']
+
+
 # The loop sections: (row prefix, K, Ms, pipeline_bench flags) per group.
 LOOP_GROUPS = {
     'loop': (('ffn', 4, (4, 16, 64), ['--workload=ffn']),
@@ -93,11 +144,19 @@ LOOP_GROUPS = {
     'loop_zb': (('ffn_zb_h1', 4, (4, 16, 64), ['--workload=ffn', '--schedule=zb_h1']),
                 ('ffn_zb_v', 4, (4, 16, 64),
                  ['--workload=ffn', '--schedule=zb_v', '--cells_per_device=2'])),
+    'loop_k2': tuple(
+        (f'ffn_b256_{schedule}', 2, (4, 16, 64),
+         ['--workload=ffn', '--batch=256', f'--schedule={schedule}',
+          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
+          '--intra_op_threads=1', '--inter_op_threads=2'])
+        for schedule in ('gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v')),
 }
 LOOP_TITLES = {
     'loop': 'The loop against the unrolled step: fill-drain',
     'loop_1f1b': 'The loop against the unrolled step: 1F1B',
     'loop_zb': 'The loop against the unrolled step: ZB-H1 and ZB-V',
+    'loop_k2': ('The loop against the unrolled step: every schedule, ffn B256, K=2, '
+                'one thread per device'),
 }
 
 
@@ -160,7 +219,7 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
             '"First step less one step" takes the run of one step out of the '
             'time to the first step: what is left is building, tracing and '
             'TensorFlow\'s graph setup, the part that grows with the graph. '
-            'With B fixed, M=64 is 1-row micro-batches, and each streams every '
+            'With B fixed, M=64 makes micro-batches of B/64 rows, and each streams every '
             'weight through the cache once per cell call, so the step itself '
             'grows with M in either emission.', '']
   for workload, k, ms, _ in LOOP_GROUPS[section]:
@@ -255,6 +314,8 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
   for section in LOOP_GROUPS:
     if results.get(section):
       lines += _RenderLoop(section, results[section])
+  if results.get('simulated'):
+    lines += _RenderSimulated(results['simulated'])
   return '\n'.join(lines)
 
 
@@ -271,6 +332,9 @@ def main(argv):
   for section in LOOP_GROUPS:
     if section in FLAGS.sections:
       results[section] = Measure(LoopEntries(section), steps=5, warmup=1)
+  if 'simulated' in FLAGS.sections:
+    with tempfile.TemporaryDirectory() as root:
+      results['simulated'] = Measure(SimulatedEntries(root), steps=3, warmup=1)
   if FLAGS.sections:
     results['repeats'] = FLAGS.repeats
     results['machine'] = runner.MachineInfo()

@@ -311,7 +311,7 @@ def test_imports_resolve_modules_and_names():
   assert 'lingvo_pipe.core.base_layer' in imports       # from pkg import module
   assert 'lingvo_pipe.core.nested_map' in imports       # from module import name
   assert 'tensorflow' in imports
-  lazy = set(Imports('lingvo_pipe/profiling/timeline.py'))
+  lazy = set(Imports('lingvo_pipe/profiling/record.py'))
   assert 'lingvo_pipe.profiling.gantt' in lazy          # import inside a function
 
 

@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import bubble
+from lingvo_pipe.profiling import record
 from lingvo_pipe.profiling import timeline
 from trainer import loop
 
@@ -42,10 +44,10 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
   logdir = os.path.abspath(trainer_obj.logdir)
   step = int(trainer_obj.global_step.numpy())  # of the checkpoint profiled
   tasks = _ScheduleTasks(trainer_obj.task)
-  intervals = timeline.RecordIntervals(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
+  intervals = record.Record(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
                  os.path.join(logdir, 'profile'), step)
-  return timeline.Summary(intervals, tasks)
+  return bubble.Summary(intervals, tasks)
 
 
 def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
@@ -68,12 +70,12 @@ def WriteSummaries(intervals: List[timeline.Interval], png_path: str,
   pipeline/bubble_theoretical ((K-1)/(M+K-1)) and per device
   pipeline/busy_fraction/<device>, and the timeline PNG as the image
   pipeline/timeline."""
-  k, m = timeline.NumCellsAndMicroBatches(intervals)
+  k, m = bubble.NumCellsAndMicroBatches(intervals)
   writer = tf.summary.create_file_writer(summary_dir)
   with writer.as_default(step=step):
-    tf.summary.scalar('pipeline/bubble_measured', timeline.BubbleFraction(intervals))
+    tf.summary.scalar('pipeline/bubble_measured', bubble.BubbleFraction(intervals))
     tf.summary.scalar('pipeline/bubble_theoretical', schedule.BubbleFraction(k, m))
-    for device, busy in timeline.BusyFractions(intervals).items():
+    for device, busy in bubble.BusyFractions(intervals).items():
       name = device.rsplit('device:', 1)[-1].replace(':', '_').replace(' ', '_')
       tf.summary.scalar(f'pipeline/busy_fraction/{name}', busy)
     with open(png_path, 'rb') as f:

@@ -11,11 +11,12 @@ micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
 schedule's tasks are given: then a device's forwards and backwards in time
 order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
-call (device k+1 waits for device k). A device's step gradients after its
-last backward (accumulator reads and deferred weight-gradient products,
-under scope_names.WEIGHT_GRADIENTS_SCOPE) are one more interval,
-WEIGHT_GRADIENTS, from their first op to their last: that work keeps the
-device busy, so the bubble does not count it as idle. With replicas, a
+call (device k+1 waits for device k). A device's weight-gradient work (accumulator reads
+and deferred weight-gradient products, under
+scope_names.WEIGHT_GRADIENTS_SCOPE) is one WEIGHT_GRADIENTS interval per
+run of it between the device's cell calls (a zero-bubble step's W's, a
+tail after the last backward), from its first op to its last: that work
+keeps the device busy, so the bubble does not count it as idle. With replicas, a
 device's all-reduce of its cells' gradients (scope_names.ALL_REDUCE_SCOPE)
 is an ALL_REDUCE interval likewise; the bubble leaves it out (it waits on
 the other replicas more than it computes), UnoverlappedAllReduceShare
@@ -50,10 +51,10 @@ both if both are compiled calls); compiled calls are recognised on the CPU
 profiler of TF 2.21 (CpuExecutable), other platforms untested.
 """
 
+import bisect
 import dataclasses
 import enum
 import glob
-import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -129,10 +130,10 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
 
   Returns:
     Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
-    by a RECOMPUTE one when the backward reran forward ops; per device a
-    WEIGHT_GRADIENTS and an ALL_REDUCE interval (micro-batch -1, on the
-    device's first cell) when the trace has its step gradients and their
-    all-reduce; times in microseconds from the start of the first cell
+    by a RECOMPUTE one when the backward reran forward ops; per device its
+    WEIGHT_GRADIENTS and ALL_REDUCE intervals (micro-batch -1, on the
+    device's first cell, one per run between its cell calls) when the
+    trace has its weight-gradient work and its all-reduce; times in microseconds from the start of the first cell
     call.
 
   Raises:
@@ -170,15 +171,31 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     device = devices.get(forwards[0].partition, f'partition {k}')
     intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
     first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
+  call_starts: Dict[int, List[int]] = {}
+  for call in calls:
+    call_starts.setdefault(call.partition, []).append(call.Span()[0])
   for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
                        (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
     for call in trace_calls.ScopeCalls(events, scope):
       if call.partition in first_cell and call.step in steps:
         cell, device = first_cell[call.partition]
-        start, end = call.Span()
-        intervals.append(Interval(cell, device, -1, phase,
-                                  (start - origin) / 1e6, (end - origin) / 1e6))
+        for start, end in _Runs(call, sorted(call_starts[call.partition])):
+          intervals.append(Interval(cell, device, -1, phase,
+                                    (start - origin) / 1e6, (end - origin) / 1e6))
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
+
+
+def _Runs(call: Call, cuts: List[int]) -> List[Tuple[int, int]]:
+  """The spans of a scope call's kernels, a new one wherever a cell call
+  of its device starts between two of them (in ps): a zero-bubble step's
+  W's between its other actions, one span for a tail after them."""
+  runs: List[List[int]] = []
+  for e in sorted(call.events, key=lambda e: e.start_ps):
+    if runs and bisect.bisect_right(cuts, runs[-1][2]) == bisect.bisect_right(cuts, e.start_ps):
+      runs[-1][1:] = [max(runs[-1][1], e.end_ps), e.start_ps]
+    else:
+      runs.append([e.start_ps, e.end_ps, e.start_ps])
+  return [(start, end) for start, end, _ in runs]
 
 
 _Label = Tuple[int, int]  # (cell, micro-batch)
@@ -312,134 +329,6 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
   return out
 
 
-def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
-  """(K, M) of the step the intervals come from."""
-  cells = {i.cell for i in intervals}
-  micro = {i.micro_batch for i in intervals if i.micro_batch >= 0}
-  return len(cells), len(micro)
-
-
-def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
-  """Per device, its busy share between the first interval's start and the
-  last interval's end (overlapping intervals count once)."""
-  if not intervals:
-    raise ValueError('No intervals: nothing to measure a bubble on.')
-  span = _Span(intervals)
-  by_device: Dict[str, List[Tuple[float, float]]] = {}
-  for i in intervals:
-    by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
-  fractions = {}
-  for device, spans in sorted(by_device.items()):
-    busy = sum(hi - lo for lo, hi in _Union(spans))
-    fractions[device] = busy / span if span > 0 else 1.0
-  return fractions
-
-
-def BubbleFraction(intervals: Sequence[Interval]) -> float:
-  """Idle share of the cells' devices between the first interval's start
-  and the last interval's end: 1 - busy time / (K * span); ALL_REDUCE
-  left out (UnoverlappedAllReduceShare)."""
-  busy = BusyFractions([i for i in intervals if i.phase != Phase.ALL_REDUCE])
-  return 1.0 - sum(busy.values()) / len(busy)
-
-
-def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
-  """The share of the step (first interval's start to last interval's
-  end) when some device runs an ALL_REDUCE and no device computes: the
-  replicas' reduction that nothing hides. 0 without replicas."""
-  reduce = _Union([(i.start_us, i.end_us) for i in intervals if i.phase == Phase.ALL_REDUCE])
-  if not reduce:
-    return 0.0
-  compute = _Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
-  alone = sum(hi - lo for lo, hi in reduce) - sum(
-      max(0.0, min(hi, b) - max(lo, a)) for lo, hi in reduce for a, b in compute)
-  span = _Span(intervals)
-  return alone / span if span > 0 else 0.0
-
-
-def _Span(intervals: Sequence[Interval]) -> float:
-  """From the first interval's start to the last interval's end."""
-  return max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
-
-
-def _Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
-  """Disjoint spans covering exactly `spans`, sorted."""
-  out: List[Tuple[float, float]] = []
-  for lo, hi in sorted(spans):
-    if out and lo <= out[-1][1]:
-      out[-1] = (out[-1][0], max(out[-1][1], hi))
-    else:
-      out.append((lo, hi))
-  return out
-
-
-def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
-  """BubbleFraction of the cells' forwards and backwards alone: without the
-  devices' WEIGHT_GRADIENTS, which the unit-time schedule does not model
-  (a deferred product after the step's last backward is a serial tail)."""
-  return BubbleFraction([i for i in intervals if i.micro_batch >= 0])
-
-
-def Summary(intervals: Sequence[Interval],
-            tasks: Optional[Sequence[schedule.Task]] = None) -> str:
-  """One line: K, M, measured bubble (of the whole step, and of the cell
-  calls alone) and the theoretical (K-1)/(M+K-1), or with the schedule's
-  `tasks` that of its unit-time table."""
-  k, m = NumCellsAndMicroBatches(intervals)
-  measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
-              f'{CellCallsBubbleFraction(intervals):.3f})')
-  if tasks is None:
-    return (f'K={k} M={m} bubble: {measured}, '
-            f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
-  devices = len({i.device for i in intervals})
-  return (f'K={devices} M={m} ({k} cells) bubble: {measured}, schedule table '
-          f'{schedule.MeasuredBubble(tasks):.3f}')
-
-
-# The labels of a device's intervals of the whole step (micro-batch -1).
-_STEP_LABELS = {Phase.WEIGHT_GRADIENTS: 'W', Phase.ALL_REDUCE: 'AR'}
-
-
-def _EventName(interval: Interval) -> str:
-  """'F3', 'R3', 'B3' (phase and micro-batch), 'W' for weight gradients,
-  'AR' for the all-reduce."""
-  if interval.micro_batch < 0:
-    return _STEP_LABELS[interval.phase]
-  return f'{interval.phase.value[0].upper()}{interval.micro_batch}'
-
-
-def WriteChromeTrace(intervals: Sequence[Interval], path: str,
-                     tasks: Optional[Sequence[schedule.Task]] = None) -> None:
-  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
-  events: List[Dict[str, Any]] = []
-  for cell, device in sorted({(i.cell, i.device) for i in intervals}):
-    events.append(dict(ph='M', name='thread_name', pid=0, tid=cell,
-                       args=dict(name=f'cell_{cell} ({device})')))
-  for i in intervals:
-    events.append(dict(
-        ph='X', name=_EventName(i), cat=i.phase.value,
-        ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
-        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
-  with open(path, 'w') as f:
-    json.dump(dict(traceEvents=events, displayTimeUnit='ms',
-                   otherData=dict(summary=Summary(intervals, tasks))), f)
-
-
-def WriteGantt(intervals: Sequence[Interval], path: str,
-               tasks: Optional[Sequence[schedule.Task]] = None) -> None:
-  """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
-  and backward bars, the Summary line as title."""
-  # Imported here: matplotlib is slow to import and only this function needs it.
-  from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
-  devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
-  bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
-                    {Phase.RECOMPUTE: '', **_STEP_LABELS}.get(i.phase, str(i.micro_batch)))
-          for i in intervals]
-  gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
-             title=f'Pipeline step timeline: {Summary(intervals, tasks)}',
-             kinds=[p.value for p in Phase])
-
-
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
                      attempts: int = 3,
                      tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
@@ -459,28 +348,3 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
       logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,
                       attempts, e)
   raise error
-
-
-def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
-           tasks: Optional[Sequence[schedule.Task]] = None) -> str:
-  """Profiles one step and writes out_dir/timeline.json and timeline.png.
-
-  Args:
-    step_fn: runs one training step (see Profile).
-    out_dir: where the profile, timeline.json and timeline.png go.
-    warmup: unprofiled calls of step_fn first.
-    tasks: the step's schedule.Tasks (None: fill-drain, a cell per device).
-
-  Returns:
-    The Summary line (K, M, measured and theoretical bubble).
-  """
-  return Summary(RecordIntervals(step_fn, out_dir, warmup, tasks), tasks)
-
-
-def RecordIntervals(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
-                    tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
-  """As Record, returning the step's Intervals."""
-  intervals = ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks)
-  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), tasks)
-  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), tasks)
-  return intervals

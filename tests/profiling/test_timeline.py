@@ -14,6 +14,8 @@ import pathlib
 import pytest
 
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import bubble
+from lingvo_pipe.profiling import record
 from lingvo_pipe.profiling import timeline
 from lingvo_pipe.profiling.timeline import Phase
 
@@ -33,7 +35,7 @@ def test_every_cell_micro_batch_and_phase_once(intervals):
   found = collections.Counter((i.cell, i.micro_batch, i.phase) for i in intervals)
   assert set(found) == {(k, m, p) for k in range(K) for m in range(M) for p in CELL_PHASES}
   assert set(found.values()) == {1}
-  assert timeline.NumCellsAndMicroBatches(intervals) == (K, M)
+  assert bubble.NumCellsAndMicroBatches(intervals) == (K, M)
 
 
 def test_schedule_order_per_cell(intervals):
@@ -81,7 +83,7 @@ def test_bubble_of_hand_made_intervals():
   """Cell 0 busy over [0, 10) (two overlapping intervals), cell 1 over
   [6, 10): 14 of 20 device-microseconds busy."""
   intervals = [_Interval(0, 0, 10), _Interval(0, 5, 8), _Interval(1, 6, 10)]
-  assert timeline.BubbleFraction(intervals) == pytest.approx(0.3)
+  assert bubble.BubbleFraction(intervals) == pytest.approx(0.3)
   assert _BubbleBySweep(intervals) == pytest.approx(0.3)
 
 
@@ -92,9 +94,9 @@ def test_unoverlapped_all_reduce_of_hand_made_intervals():
   reduce = [timeline.Interval(c, f'CPU:{c}', -1, Phase.ALL_REDUCE, lo, hi)
             for c, lo, hi in ((0, 8, 16), (1, 9, 18))]
   compute = [_Interval(0, 0, 10), _Interval(1, 0, 12), _Interval(1, 19, 20)]
-  assert timeline.UnoverlappedAllReduceShare(compute + reduce) == pytest.approx(0.3)
-  assert timeline.UnoverlappedAllReduceShare(compute) == 0.0
-  assert timeline.BubbleFraction(compute + reduce) == pytest.approx(
+  assert bubble.UnoverlappedAllReduceShare(compute + reduce) == pytest.approx(0.3)
+  assert bubble.UnoverlappedAllReduceShare(compute) == 0.0
+  assert bubble.BubbleFraction(compute + reduce) == pytest.approx(
       1 - (10 + 13) / 40)
 
 
@@ -125,21 +127,21 @@ def test_replicas_all_reduce_shows_per_device(tmp_path):
   assert len(reduce) == 4 and set(reduce) == set(weights)
   for device, interval in reduce.items():
     assert interval.start_us >= weights[device].start_us
-  assert 0.0 <= timeline.UnoverlappedAllReduceShare(intervals) < 1.0
+  assert 0.0 <= bubble.UnoverlappedAllReduceShare(intervals) < 1.0
 
 
 def test_bubble_and_summary(intervals):
-  bubble = timeline.BubbleFraction(intervals)
-  assert bubble == pytest.approx(_BubbleBySweep(intervals), abs=1e-9)
-  summary = timeline.Summary(intervals)
-  assert summary.startswith(f'K=4 M=4 bubble: measured {bubble:.3f} (cell calls alone '
-                            f'{timeline.CellCallsBubbleFraction(intervals):.3f}), ')
+  fraction = bubble.BubbleFraction(intervals)
+  assert fraction == pytest.approx(_BubbleBySweep(intervals), abs=1e-9)
+  summary = bubble.Summary(intervals)
+  assert summary.startswith(f'K=4 M=4 bubble: measured {fraction:.3f} (cell calls alone '
+                            f'{bubble.CellCallsBubbleFraction(intervals):.3f}), ')
   assert f'{schedule.BubbleFraction(K, M):.3f}' in summary
 
 
 def test_chrome_trace_schema(intervals, tmp_path):
   path = str(tmp_path / 'timeline.json')
-  timeline.WriteChromeTrace(intervals, path)
+  record.WriteChromeTrace(intervals, path)
   with open(path) as f:
     events = json.load(f)['traceEvents']
   spans = [e for e in events if e['ph'] == 'X']
@@ -155,7 +157,7 @@ def test_chrome_trace_schema(intervals, tmp_path):
 
 def test_gantt_png_written(intervals, tmp_path):
   path = str(tmp_path / 'timeline.png')
-  timeline.WriteGantt(intervals, path)
+  record.WriteGantt(intervals, path)
   with open(path, 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
@@ -174,7 +176,7 @@ def test_trace_without_cells_raises():
 
 def test_empty_intervals_raise():
   with pytest.raises(ValueError, match='No intervals'):
-    timeline.BubbleFraction([])
+    bubble.BubbleFraction([])
 
 
 def test_profile_of_a_live_step(tmp_path):
@@ -196,7 +198,7 @@ def test_profile_of_a_live_step(tmp_path):
       loss = tf.reduce_sum(tf.square(pipe(x)))
     return loss, tape.gradient(loss, pipe.trainable_variables)
 
-  summary = timeline.Record(Step, str(tmp_path))
+  summary = bubble.Summary(record.Record(Step, str(tmp_path)))
   assert summary.startswith('K=2 M=2 bubble: measured ')
   assert os.path.exists(tmp_path / 'timeline.json')
   assert os.path.exists(tmp_path / 'timeline.png')
@@ -209,7 +211,7 @@ def test_profile_of_a_live_step(tmp_path):
   for w in weights:
     assert w.start_us >= max(i.start_us for i in one if i.cell == w.cell
                              and i.phase == timeline.Phase.BACKWARD)
-  assert timeline.NumCellsAndMicroBatches(one) == (2, 2)
+  assert bubble.NumCellsAndMicroBatches(one) == (2, 2)
   for cell in (0, 1):
     phases = {(i.micro_batch, i.phase): i for i in one if i.cell == cell}
     assert set(phases) >= {(m, p) for m in (0, 1) for p in (timeline.Phase.FORWARD,
@@ -228,7 +230,7 @@ def test_profile_of_a_live_step(tmp_path):
     return (Step(), Step()) if len(calls) == 1 else Step()
 
   again = timeline.ProfileIntervals(TwoStepsFirst, str(tmp_path / 'again'), warmup=0)
-  assert len(calls) == 2 and timeline.NumCellsAndMicroBatches(again) == (2, 2)
+  assert len(calls) == 2 and bubble.NumCellsAndMicroBatches(again) == (2, 2)
   with pytest.raises(ValueError, match='profile exactly one'):
     timeline.ProfileIntervals(lambda: (Step(), Step()), str(tmp_path / 'never'),
                               warmup=0, attempts=2)

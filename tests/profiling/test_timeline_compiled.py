@@ -16,6 +16,7 @@ from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
 from lingvo_pipe.profiling.timeline import Phase
 
@@ -74,7 +75,7 @@ def _CheckStructure(intervals, tasks):
       forward, backward = (next(i for i in mine if (i.phase, i.micro_batch) == (p, m))
                            for p in (Phase.FORWARD, Phase.BACKWARD))
       assert forward.start_us <= forward.end_us <= backward.start_us <= backward.end_us
-  assert 0 <= timeline.BubbleFraction(intervals) < 1
+  assert 0 <= bubble.BubbleFraction(intervals) < 1
 
 
 @pytest.mark.parametrize('kind', [ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B])

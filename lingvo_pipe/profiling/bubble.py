@@ -1,0 +1,159 @@
+"""What a step's timeline measures: busy shares, the bubble, the all-reduce that no computation hides, and the bubble the simulator predicts from costs measured on it.
+
+The measures read timeline.Intervals. The simulator's side: each cell's
+forwards and backwards (RECOMPUTE and BACKWARD together) per micro-batch
+give, as medians, the costs of its F and of its B or I (simulate.Costs);
+a W costs its device's WEIGHT_GRADIENTS time over the W actions the
+schedule gives it. The bubble to compare with is MeasuredBubble: of the
+same actions, so without the deferred product after the last backward of
+a schedule with no W.
+"""
+
+import statistics
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.profiling.timeline import Interval, Phase
+
+
+def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
+  """(K, M) of the step the intervals come from."""
+  cells = {i.cell for i in intervals}
+  micro = {i.micro_batch for i in intervals if i.micro_batch >= 0}
+  return len(cells), len(micro)
+
+
+def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
+  """Per device, its busy share between the first interval's start and the
+  last interval's end (overlapping intervals count once)."""
+  if not intervals:
+    raise ValueError('No intervals: nothing to measure a bubble on.')
+  span = _Span(intervals)
+  by_device: Dict[str, List[Tuple[float, float]]] = {}
+  for i in intervals:
+    by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
+  fractions = {}
+  for device, spans in sorted(by_device.items()):
+    busy = sum(hi - lo for lo, hi in _Union(spans))
+    fractions[device] = busy / span if span > 0 else 1.0
+  return fractions
+
+
+def BubbleFraction(intervals: Sequence[Interval]) -> float:
+  """Idle share of the cells' devices between the first interval's start
+  and the last interval's end: 1 - busy time / (K * span); ALL_REDUCE
+  left out (UnoverlappedAllReduceShare)."""
+  busy = BusyFractions([i for i in intervals if i.phase != Phase.ALL_REDUCE])
+  return 1.0 - sum(busy.values()) / len(busy)
+
+
+def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
+  """The share of the step (first interval's start to last interval's
+  end) when some device runs an ALL_REDUCE and no device computes: the
+  replicas' reduction that nothing hides. 0 without replicas."""
+  reduce = _Union([(i.start_us, i.end_us) for i in intervals if i.phase == Phase.ALL_REDUCE])
+  if not reduce:
+    return 0.0
+  compute = _Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
+  alone = sum(hi - lo for lo, hi in reduce) - sum(
+      max(0.0, min(hi, b) - max(lo, a)) for lo, hi in reduce for a, b in compute)
+  span = _Span(intervals)
+  return alone / span if span > 0 else 0.0
+
+
+def _Span(intervals: Sequence[Interval]) -> float:
+  """From the first interval's start to the last interval's end."""
+  return max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
+
+
+def _Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+  """Disjoint spans covering exactly `spans`, sorted."""
+  out: List[Tuple[float, float]] = []
+  for lo, hi in sorted(spans):
+    if out and lo <= out[-1][1]:
+      out[-1] = (out[-1][0], max(out[-1][1], hi))
+    else:
+      out.append((lo, hi))
+  return out
+
+
+def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
+  """BubbleFraction of the cells' forwards and backwards alone: without the
+  devices' WEIGHT_GRADIENTS, which the unit-time schedule does not model
+  (a deferred product after the step's last backward is a serial tail)."""
+  return BubbleFraction([i for i in intervals if i.micro_batch >= 0])
+
+
+def Summary(intervals: Sequence[Interval],
+            tasks: Optional[Sequence[schedule.Task]] = None) -> str:
+  """One line: K, M, measured bubble (of the whole step, and of the cell
+  calls alone) and the theoretical (K-1)/(M+K-1), or with the schedule's
+  `tasks` that of its unit-time table."""
+  k, m = NumCellsAndMicroBatches(intervals)
+  measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
+              f'{CellCallsBubbleFraction(intervals):.3f})')
+  if tasks is None:
+    return (f'K={k} M={m} bubble: {measured}, '
+            f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+  devices = len({i.device for i in intervals})
+  return (f'K={devices} M={m} ({k} cells) bubble: {measured}, schedule table '
+          f'{schedule.MeasuredBubble(tasks):.3f}')
+
+
+def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Schedule
+                  ) -> simulate.Costs:
+  """Per cell the median time of its forwards and of its backwards, and
+  its device's WEIGHT_GRADIENTS time over the device's W actions (0
+  without W actions), in microseconds.
+
+  Raises:
+    ValueError: if a cell has no forward or no backward in `intervals`.
+  """
+  num_cells = schedule_actions.num_cells
+  forwards: Dict[int, List[float]] = {}
+  backwards: Dict[Tuple[int, int], float] = {}
+  for i in intervals:
+    if i.phase == Phase.FORWARD:
+      forwards.setdefault(i.cell, []).append(i.end_us - i.start_us)
+    elif i.phase in (Phase.RECOMPUTE, Phase.BACKWARD):
+      key = (i.cell, i.micro_batch)
+      backwards[key] = backwards.get(key, 0.0) + i.end_us - i.start_us
+  per_cell: Dict[int, List[float]] = {}
+  for (cell, _), duration in backwards.items():
+    per_cell.setdefault(cell, []).append(duration)
+  missing = [c for c in range(num_cells) if c not in forwards or c not in per_cell]
+  if missing:
+    raise ValueError(f'The timeline has no forward or no backward of cell {missing[0]} '
+                     f'(of {num_cells}); profile a training step of the whole pipeline.')
+  backward = [statistics.median(per_cell[c]) for c in range(num_cells)]
+  weight = [0.0] * num_cells
+  for d, row in enumerate(schedule_actions.devices):
+    num_w = sum(a.kind == actions.ActionKind.W for a in row)
+    cells = [c for c in range(num_cells) if schedule_actions.cell_devices[c] == d]
+    if num_w:
+      w_time = sum(i.end_us - i.start_us for i in intervals
+                   if i.phase == Phase.WEIGHT_GRADIENTS and i.cell in cells)
+      for c in cells:
+        weight[c] = w_time / num_w
+  return simulate.Costs(forward=[statistics.median(forwards[c]) for c in range(num_cells)],
+                        backward_input=backward, backward_weight=weight, backward=backward)
+
+
+def MeasuredBubble(intervals: Sequence[Interval], schedule_actions: actions.Schedule
+                   ) -> float:
+  """The bubble of the schedule's actions on `intervals`: with W actions
+  of the whole step but its all-reduce (BubbleFraction), else of the cell
+  calls alone (CellCallsBubbleFraction)."""
+  if any(a.kind == actions.ActionKind.W for row in schedule_actions.devices for a in row):
+    return BubbleFraction(intervals)
+  return CellCallsBubbleFraction(intervals)
+
+
+def PredictedBubble(intervals: Sequence[Interval], schedule_actions: actions.Schedule
+                    ) -> float:
+  """The simulator's bubble of the schedule with the costs measured on
+  `intervals` (MeasuredCosts)."""
+  return simulate.Simulate(schedule_actions, MeasuredCosts(intervals, schedule_actions)
+                           ).bubble_fraction

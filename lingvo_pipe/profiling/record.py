@@ -1,0 +1,74 @@
+"""Records a profiled step's timeline: its intervals as a Chrome trace (timeline.json) and a Gantt chart (timeline.png), titled with the bubble summary."""
+
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import bubble
+from lingvo_pipe.profiling import timeline
+from lingvo_pipe.profiling.timeline import Interval, Phase
+
+
+# The labels of a device's intervals of the whole step (micro-batch -1).
+_STEP_LABELS = {Phase.WEIGHT_GRADIENTS: 'W', Phase.ALL_REDUCE: 'AR'}
+
+
+def _EventName(interval: Interval) -> str:
+  """'F3', 'R3', 'B3' (phase and micro-batch), 'W' for weight gradients,
+  'AR' for the all-reduce."""
+  if interval.micro_batch < 0:
+    return _STEP_LABELS[interval.phase]
+  return f'{interval.phase.value[0].upper()}{interval.micro_batch}'
+
+
+def WriteChromeTrace(intervals: Sequence[Interval], path: str,
+                     tasks: Optional[Sequence[schedule.Task]] = None) -> None:
+  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
+  events: List[Dict[str, Any]] = []
+  for cell, device in sorted({(i.cell, i.device) for i in intervals}):
+    events.append(dict(ph='M', name='thread_name', pid=0, tid=cell,
+                       args=dict(name=f'cell_{cell} ({device})')))
+  for i in intervals:
+    events.append(dict(
+        ph='X', name=_EventName(i), cat=i.phase.value,
+        ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
+        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
+  with open(path, 'w') as f:
+    json.dump(dict(traceEvents=events, displayTimeUnit='ms',
+                   otherData=dict(summary=bubble.Summary(intervals, tasks))), f)
+
+
+def WriteGantt(intervals: Sequence[Interval], path: str,
+               tasks: Optional[Sequence[schedule.Task]] = None) -> None:
+  """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
+  and backward bars, the Summary line as title."""
+  # Imported here: matplotlib is slow to import and only this function needs it.
+  from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
+  devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
+  bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
+                    {Phase.RECOMPUTE: '', **_STEP_LABELS}.get(i.phase, str(i.micro_batch)))
+          for i in intervals]
+  gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
+             title=f'Pipeline step timeline: {bubble.Summary(intervals, tasks)}',
+             kinds=[p.value for p in Phase])
+
+
+def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
+           tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
+  """Profiles one step (timeline.ProfileIntervals) and writes
+  out_dir/timeline.json and timeline.png.
+
+  Args:
+    step_fn: runs one training step (see timeline.Profile).
+    out_dir: where the profile, timeline.json and timeline.png go.
+    warmup: unprofiled calls of step_fn first.
+    tasks: the step's schedule.Tasks (None: fill-drain, a cell per device).
+
+  Returns:
+    The step's Intervals.
+  """
+  intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks)
+  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), tasks)
+  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), tasks)
+  return intervals
