@@ -1,6 +1,5 @@
 """The tensors a training-step loop carries (loop_executor):
-specs of a nest, zeros and TensorArrays of specs, and rows gathered out of
-an array once the loop ends."""
+specs of a nest, zeros and TensorArrays of specs."""
 
 from typing import Any, List, Sequence
 
@@ -20,10 +19,3 @@ def Arrays(specs: Sequence[tf.TensorSpec], size: int) -> List[tf.TensorArray]:
   """A TensorArray of `size` elements per spec, readable more than once."""
   return [tf.TensorArray(s.dtype, size=size, element_shape=s.shape,
                          clear_after_read=False) for s in specs]
-
-
-def GatherRows(array: tf.TensorArray, indices: List[int]) -> tf.Tensor:
-  """The 2-D elements at `indices`, their rows concatenated in that order
-  (one gather, whatever the number of indices)."""
-  stacked = array.gather(indices)
-  return tf.reshape(stacked, [-1, stacked.shape[-1]])

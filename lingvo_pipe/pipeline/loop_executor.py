@@ -7,19 +7,20 @@ reads its own copy of the variables on its own devices.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
 activations, gradients, the last cell's outputs and loss gradients, the
-input gradients, and each micro-batch's deferred factor pairs. Every array
-is written every clock (at a spare slot when nothing is due), so no write
-needs a condition; reads see the arrays as they were at the start of the
-clock. Weight gradients are added into the cells' accumulators
+input gradients, and each micro-batch's deferred factor pairs, packed into
+one vector per dtype (a loop carries each array through every clock: one
+array, not two per deferring weight). Every array is written every clock
+(at a spare slot when nothing is due), so no write needs a condition;
+reads see the arrays as they were at the start of the clock. Weight gradients are added into the cells' accumulators
 (CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
 which weights defer wholly). A B's factor pairs leave the loop for one
 product per weight after it; an I's wait in their array for its W.
 
 With replicas the clocks after the forwards run as one loop per span
-between two cells' REDUCE clocks (loop_tables.ReduceClocks): after each
-span its finished cells' gradients are all-reduced while the next span's
-loop runs the cells still working, as the unrolled executor's REDUCE
-does. A span's loop leaves out the devices that are idle all through it.
+between REDUCE clocks (loop_tables.ReduceClocks): after each span its
+finished cells are all-reduced while the next span's loop runs the cells
+still working, as the unrolled REDUCE does. A span's loop leaves out the
+devices and branches it never runs.
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
@@ -101,7 +102,7 @@ class LoopExecutor:
     self._layouts = loop_probes.FactorLayouts(
         self._runners, self._MicroTheta, [self._input_struct] + self._out_structs[:-1],
         self._out_structs, self._decisions, tables.split, num_micro)
-    self._factor_specs = [[s for _, specs in cell for s in specs] for cell in self._layouts]
+    self._factor_specs = [loop_probes.PackedSpecs(cell) for cell in self._layouts]
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
@@ -157,15 +158,15 @@ class LoopExecutor:
   def _InitialState(self) -> Dict[str, Any]:
     """The arrays and sums the loop carries, per lane or replica."""
     rings, num_micro, last = self._tables.rings, self._num_micro, self._num_cells - 1
-    acts, grads, factors, sums = [], [], [], []
+    acts: List[Any] = []
+    grads: List[Any] = []
+    factors, sums = [], []
     for row in self._runners:
       for c, runner in enumerate(row):
         with tf.device(runner.device):
-          inner = c < last
-          acts.append(loop_arrays.Arrays(self._out_specs[c], rings.activations[c] + 1)
-                      if inner else [])
-          grads.append(loop_arrays.Arrays(self._out_specs[c], rings.gradients[c] + 1)
-                       if inner else [])
+          for arrays, depths in ((acts, rings.activations), (grads, rings.gradients)):
+            arrays.append(loop_arrays.Arrays(self._out_specs[c], depths[c] + 1)
+                          if c < last else [])
           factors.append(loop_arrays.Arrays(self._factor_specs[c], num_micro + 1))
           sums.append(loop_arrays.Zeros(self._upd_specs[c]))
     dy_size = rings.loss_gradients + 1 if self._loss_fn else num_micro + 1
@@ -298,7 +299,8 @@ class LoopExecutor:
       dy = tf.nest.pack_sequence_as(self._out_structs[c], [a.read(m % depth) for a in ring])
       dx = runner.Backward(self._MicroTheta(r, c, m), x, dy, self._decisions[c],
                            self._num_micro)
-      return loop_probes.FlatBackward(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
+      return loop_probes.FlatBackward(
+          x, dx, runner.gradients, self._tables.split[c], self._layouts[c])
 
   def _Kept(self, r: int, m: tf.Tensor, state: Dict[str, Any]
             ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
@@ -314,14 +316,16 @@ class LoopExecutor:
       micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
       dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
       forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
-      return forward, loop_probes.FlatBackward(x, dx, loop_probes.TakeFactors(runner.gradients, self._tables.split[c]))
+      return forward, loop_probes.FlatBackward(
+          x, dx, runner.gradients, self._tables.split[c], self._layouts[c])
+
 
   def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
     """W: the product of micro-batch m's factor pairs, from its I's array."""
     runner = self._runners[r][c]
     with tf.device(runner.device):
-      runner.WeightBackward(loop_probes.Pairs(state['factors'][r * self._num_cells + c],
-                                   self._layouts[c], lambda a: a.read(m)))
+      runner.WeightBackward(loop_probes.Pairs(
+          [a.read(m) for a in state['factors'][r * self._num_cells + c]], self._layouts[c]))
 
   def _Write(self, r: int, c: int, t: tf.Tensor, forward: List[tf.Tensor],
              backward: List[tf.Tensor], state: Dict[str, Any], new: Dict[str, Any],
@@ -369,10 +373,8 @@ class LoopExecutor:
     micro = list(range(self._num_micro))
     state = self._state
     cells = range(self._num_cells)
-    if self._num_replicas > 1:
-      grads = [[self._reduced[c][r] for c in cells] for r in range(self._num_replicas)]
-    else:
-      grads = [[self._CellGradients(state, 0, c) for c in cells]]
+    grads = ([[self._reduced[c][r] for c in cells] for r in range(self._num_replicas)]
+             if self._num_replicas > 1 else [[self._CellGradients(state, 0, c) for c in cells]])
     input_grads = []
     for r, row in enumerate(self._runners):
       with tf.device(row[0].device):
@@ -380,10 +382,8 @@ class LoopExecutor:
                    else [None] * self._num_micro
                    for a, x in zip(state['d_inputs'][r], tf.nest.flatten(self._input_struct))]
       input_grads.append([list(g) for g in zip(*columns)])
-    loss = None
-    if state['losses']:
-      with tf.device(self._plan.devices[-1].name):
-        loss = tf.add_n(state['losses'])
+    with tf.device(self._plan.devices[-1].name):
+      loss = tf.add_n(state['losses']) if state['losses'] else None
     return executor.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())
 
   def _CellGradients(self, state: Dict[str, Any], r: int, c: int) -> List[Any]:
@@ -394,7 +394,7 @@ class LoopExecutor:
       micro = list(range(self._num_micro))
       with tf.device(runner.device):
         runner.gradients.PutFactors(loop_probes.Pairs(
-            state['factors'][r * self._num_cells + c], self._layouts[c],
-            lambda a: loop_arrays.GatherRows(a, micro)))
+            [a.gather(micro) for a in state['factors'][r * self._num_cells + c]],
+            self._layouts[c]))
     return runner.gradients.StepGradients(self._thetas[r][c])
 
