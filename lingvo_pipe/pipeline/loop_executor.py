@@ -11,7 +11,8 @@ input gradients, and each micro-batch's deferred factor pairs, packed into
 one vector per dtype (a loop carries each array through every clock: one
 array, not two per deferring weight). Every array is written every clock
 (at a spare slot when nothing is due), so no write needs a condition;
-reads see the arrays as they were at the start of the clock. Weight gradients are added into the cells' accumulators
+reads see the arrays as they were at the start of the clock. Weight
+gradients are added into the cells' accumulators
 (CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
 which weights defer wholly). A B's factor pairs leave the loop for one
 product per weight after it; an I's wait in their array for its W.
@@ -318,7 +319,6 @@ class LoopExecutor:
       forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
       return forward, loop_probes.FlatBackward(
           x, dx, runner.gradients, self._tables.split[c], self._layouts[c])
-
 
   def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
     """W: the product of micro-batch m's factor pairs, from its I's array."""

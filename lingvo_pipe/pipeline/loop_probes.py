@@ -111,12 +111,13 @@ def Pairs(packed: Sequence[tf.Tensor], layout: FactorLayout
   PackedSpecs: one micro-batch's, or [micro-batches, size] stacked, whose
   rows then come concatenated micro-batch after micro-batch."""
   flat_specs = [spec for _, specs in layout for spec in specs]
+  stacked = bool(packed) and packed[0].shape.rank > 1
   pieces: Dict[tf.DType, Any] = {}
   for vector, packed_spec in zip(packed, PackedSpecs(layout)):
     sizes = [s.shape.num_elements() for s in flat_specs if s.dtype == packed_spec.dtype]
     pieces[packed_spec.dtype] = iter(tf.split(vector, sizes, axis=-1))
   flat = iter([tf.reshape(next(pieces[s.dtype]),
-                          s.shape if vector.shape.rank == 1 else [-1] + s.shape[1:].as_list())
+                          [-1] + s.shape[1:].as_list() if stacked else s.shape)
                for s in flat_specs])
   pairs = {}
   for i, specs in layout:

@@ -11,16 +11,17 @@ micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
 schedule's tasks are given: then a device's forwards and backwards in time
 order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
-call (device k+1 waits for device k). A device's weight-gradient work (accumulator reads
-and deferred weight-gradient products, under
+call (device k+1 waits for device k). A device's weight-gradient work
+(accumulator reads and deferred weight-gradient products, under
 scope_names.WEIGHT_GRADIENTS_SCOPE) is one WEIGHT_GRADIENTS interval per
 run of it between the device's cell calls (a zero-bubble step's W's, a
 tail after the last backward), from its first op to its last: that work
-keeps the device busy, so the bubble does not count it as idle. With replicas, a
-device's all-reduce of its cells' gradients (scope_names.ALL_REDUCE_SCOPE)
-is an ALL_REDUCE interval likewise; the bubble leaves it out (it waits on
-the other replicas more than it computes), UnoverlappedAllReduceShare
-measures what of it no computation hides.
+keeps the device busy, so the bubble does not count it as idle. With
+replicas, a device's all-reduce of its cells' gradients
+(scope_names.ALL_REDUCE_SCOPE) is an ALL_REDUCE interval likewise; the
+bubble leaves it out (it waits on the other replicas more than it
+computes), bubble.UnoverlappedAllReduceShare measures what of it no
+computation hides.
 
 Compiled cells (CellCompilation.XLA) show no ops: each compiled call is one
 XLA program run. A device with compiled calls has its calls labelled by
@@ -133,8 +134,8 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     by a RECOMPUTE one when the backward reran forward ops; per device its
     WEIGHT_GRADIENTS and ALL_REDUCE intervals (micro-batch -1, on the
     device's first cell, one per run between its cell calls) when the
-    trace has its weight-gradient work and its all-reduce; times in microseconds from the start of the first cell
-    call.
+    trace has its weight-gradient work and its all-reduce; times in
+    microseconds from the start of the first cell call.
 
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
