@@ -206,7 +206,7 @@ class LoopExecutor:
     # backward is not traced again), and so are devices it never uses.
     used = {(d, int(b)) for d in range(len(tables.cells_on))
             for b in tables.branches[start:end, d]}
-    active = [d for d in range(len(tables.cells_on)) if tables.branches[start:end, d].any()]
+    active = sorted({d for d, b in used if b})
 
     def Body(t, state):
       new = {key: list(value) for key, value in state.items()}

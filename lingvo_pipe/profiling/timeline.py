@@ -173,30 +173,29 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
     first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
   call_starts: Dict[int, List[int]] = {}
-  for call in calls:
+  for call in sorted(calls, key=lambda c: c.Span()[0]):
     call_starts.setdefault(call.partition, []).append(call.Span()[0])
   for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
                        (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
     for call in trace_calls.ScopeCalls(events, scope):
       if call.partition in first_cell and call.step in steps:
         cell, device = first_cell[call.partition]
-        for start, end in _Runs(call, sorted(call_starts[call.partition])):
+        for start, end in _Runs(call, call_starts[call.partition]):
           intervals.append(Interval(cell, device, -1, phase,
                                     (start - origin) / 1e6, (end - origin) / 1e6))
   return sorted(intervals, key=lambda i: (i.start_us, i.cell))
 
 
 def _Runs(call: Call, cuts: List[int]) -> List[Tuple[int, int]]:
-  """The spans of a scope call's kernels, a new one wherever a cell call
-  of its device starts between two of them (in ps): a zero-bubble step's
-  W's between its other actions, one span for a tail after them."""
-  runs: List[List[int]] = []
-  for e in sorted(call.events, key=lambda e: e.start_ps):
-    if runs and bisect.bisect_right(cuts, runs[-1][2]) == bisect.bisect_right(cuts, e.start_ps):
-      runs[-1][1:] = [max(runs[-1][1], e.end_ps), e.start_ps]
-    else:
-      runs.append([e.start_ps, e.end_ps, e.start_ps])
-  return [(start, end) for start, end, _ in runs]
+  """The spans of a scope call's kernels, one per section between the
+  sorted `cuts` (its device's cell call starts, in ps): a zero-bubble
+  step's W's between its other actions, one span for a tail after them."""
+  runs: Dict[int, Tuple[int, int]] = {}  # section between cuts -> its span
+  for e in call.events:
+    section = bisect.bisect_right(cuts, e.start_ps)
+    start, end = runs.get(section, (e.start_ps, e.end_ps))
+    runs[section] = (min(start, e.start_ps), max(end, e.end_ps))
+  return [runs[section] for section in sorted(runs)]
 
 
 _Label = Tuple[int, int]  # (cell, micro-batch)
