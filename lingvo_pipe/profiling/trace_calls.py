@@ -79,9 +79,12 @@ class Call:
   compiled: bool = False  # an XLA program, with no per-op events
 
   def Span(self) -> Tuple[int, int]:
-    """(first start, last end) of the call's events, in picoseconds."""
+    """(first start, last end) of the call's events, in picoseconds. An
+    executor's Process event can outlast the call's last kernel and done
+    callback (its thread goes on to the caller's ready ops, or is
+    preempted), so it counts for the start only."""
     return (min(e.start_ps for e in self.events),
-            max(e.end_ps for e in self.events))
+            max(e.end_ps for e in self.events if e.name != _PROCESS))
 
   def Ops(self) -> List[Tuple[str, 'Event']]:
     """(node name, event) of every kernel that ran in the call."""

@@ -72,6 +72,18 @@ def test_weight_gradient_runs_split_at_the_device_s_cell_calls():
   assert timeline._Runs(call, [100]) == [(10, 54)]  # pylint: disable=protected-access
 
 
+def test_a_call_ends_with_its_last_kernel_not_its_executor_s_thread():
+  """The executor's Process event that ran a call's last kernel can go on
+  (the thread runs the caller's next ops inline, or is preempted): the
+  call's span ends with its done callback, seen under load in CI."""
+  Event = trace_calls.Event  # pylint: disable=invalid-name
+  process = Event(20, 5000, 'ExecutorState::Process', {'id': 7})
+  call = trace_calls.Call((1, 0), 0, [Event(10, 12, 'FunctionRun', {}), process,
+                                      Event(30, 40, 'w/MatMul:MatMul', {}, process),
+                                      Event(41, 45, 'ExecutorDoneCallback', {}, process)])
+  assert call.Span() == (10, 45)
+
+
 def test_a_live_zero_bubble_step_shows_its_w_s(tmp_path):
   """ZB-H1, per-cell remat, every micro-batch a call: each device's
   weight gradients are several intervals, each outside its cell calls,
