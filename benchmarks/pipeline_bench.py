@@ -132,6 +132,7 @@ def Run(workload_name: str) -> dict:
         v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
     return loss
 
+  before_steps = tf.config.experimental.get_memory_info('CPU:0')['current']
   Step(x).numpy()
   first_step_s = time.perf_counter() - start
   for _ in range(FLAGS.warmup):
@@ -144,6 +145,7 @@ def Run(workload_name: str) -> dict:
     Step(x).numpy()
     times.append(time.perf_counter() - t0)
   step_peak = tf.config.experimental.get_memory_info('CPU:0')['peak']
+  held = tf.config.experimental.get_memory_info('CPU:0')['current'] - before_steps
   result = dict(
       workload=workload.name, num_layers=workload.num_layers,
       batch=workload.batch, seq=workload.seq,
@@ -158,6 +160,7 @@ def Run(workload_name: str) -> dict:
       first_step_s=first_step_s,
       bfc_peak_bytes=step_peak,
       bfc_process_peak_bytes=max(step_peak, warmup_peak),
+      bfc_held_bytes=held,
       graph_ops=GraphOps(Step.get_concrete_function(x)),
       intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
       steps=FLAGS.steps, tf_version=tf.__version__,

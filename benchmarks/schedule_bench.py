@@ -193,6 +193,10 @@ def _WithSetup(runs: List[dict]) -> List[dict]:
           else r for r in runs]
 
 
+def _Mb(value: Optional[float]) -> Optional[float]:
+  return None if value is None else value / 1e6
+
+
 def _Median(values: List[float]) -> Optional[float]:
   return statistics.median(values) if values else None
 
@@ -212,10 +216,15 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
     rows.append([name, runner.Fmt(runner.Median(runs, 'first_step_s'), '.2f'),
                  runner.Fmt(runner.Median(runs, 'setup_s'), '.2f'),
                  runner.Fmt(runner.Median(runs, 'step_s_median'), '.3f'),
-                 runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f')])
+                 runner.Fmt(runner.Median(runs, 'graph_ops'), '.0f'),
+                 runner.Fmt(_Mb(runner.Median(runs, 'bfc_peak_bytes')), '.0f'),
+                 runner.Fmt(_Mb(runner.Median(runs, 'bfc_held_bytes')), '.1f')])
   lines += [runner.MarkdownTable(['configuration', 'first step s',
                                   'first step less one step s', 's/step',
-                                  'graph ops'], rows), '',
+                                  'graph ops', 'peak MB', 'held MB'], rows), '',
+            'Peak: the allocator peak of the measured steps; held: what '
+            'stays allocated between steps (the run before `bfc_held_bytes` '
+            'was measured shows a dash).', '',
             '"First step less one step" takes the run of one step out of the '
             'time to the first step: what is left is building, tracing and '
             'TensorFlow\'s graph setup, the part that grows with the graph. '
@@ -235,9 +244,11 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
                    f'M={ms[0]}: {runner.Fmt(growth, ".2f", "x")}; less one step: '
                    f'{runner.Fmt(setup_growth, ".2f", "x")}')
     for m in ms:
+      def LoopOverUnrolled(key):
+        return runner.Fmt(runner.Ratio(Get(m, 'loop', key), Get(m, 'unrolled', key)), '.2f', 'x')
       lines.append(f'- {workload} K={k} M={m}: loop / unrolled step time '
-                   f"{runner.Fmt(runner.Ratio(Get(m, 'loop', 'step_s_median'), Get(m, 'unrolled', 'step_s_median')), '.2f', 'x')}, "
-                   f"first step {runner.Fmt(runner.Ratio(Get(m, 'loop', 'first_step_s'), Get(m, 'unrolled', 'first_step_s')), '.2f', 'x')}")
+                   f"{LoopOverUnrolled('step_s_median')}, first step "
+                   f"{LoopOverUnrolled('first_step_s')}, peak {LoopOverUnrolled('bfc_peak_bytes')}")
   lines += ['', 'Commands:', '']
   lines += [f"    {entry['command']}" for entry in loop.values()]
   lines.append('')

@@ -15,6 +15,13 @@ def Zeros(specs: Sequence[tf.TensorSpec]) -> List[tf.Tensor]:
   return [tf.zeros(s.shape, s.dtype) for s in specs]
 
 
+def Unset(specs: Sequence[tf.TensorSpec]) -> List[tf.Tensor]:
+  """Tensors of `specs` whose values nobody reads (a loop writes them to a
+  spare slot): allocated, not set, and never folded into constants, which
+  would hold their memory between steps as zeros do."""
+  return [tf.raw_ops.Empty(shape=s.shape.as_list(), dtype=s.dtype) for s in specs]
+
+
 def Arrays(specs: Sequence[tf.TensorSpec], size: int) -> List[tf.TensorArray]:
   """A TensorArray of `size` elements per spec, readable more than once."""
   return [tf.TensorArray(s.dtype, size=size, element_shape=s.shape,

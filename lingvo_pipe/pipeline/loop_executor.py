@@ -10,11 +10,10 @@ activations, gradients, the last cell's outputs and loss gradients, the
 input gradients, and each micro-batch's deferred factor pairs, packed into
 one vector per dtype (a loop carries each array through every clock: one
 array, not two per deferring weight). Every array is written every clock
-(at a spare slot when nothing is due), so no write needs a condition;
-reads see the arrays as they were at the start of the clock. Weight
-gradients are added into the cells' accumulators
-(CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
-which weights defer wholly). A B's factor pairs leave the loop for one
+(an unset tensor at a spare slot when nothing is due), so no write needs a
+condition; reads see the arrays as at the start of the clock. Weight
+gradients add into the cells' accumulators (CellGradients.StartLoopStep,
+then ZeroAccumulators once a probe says which weights defer wholly). A B's factor pairs leave the loop for one
 product per weight after it; an I's wait in their array for its W.
 
 With replicas the clocks after the forwards run as one loop per span
@@ -222,12 +221,13 @@ class LoopExecutor:
     _, state = tf.while_loop(lambda t, _: t < end, Body, (tf.constant(start), state))
     return state
 
-  def _Parts(self, c: int) -> Tuple[List[tf.TensorSpec], List[tf.TensorSpec]]:
-    """Specs of cell c's forward and backward pieces in a branch's results."""
-    forward = self._out_specs[c] + self._upd_specs[c]
+  def _Idle(self, c: int) -> List[List[tf.Tensor]]:
+    """Cell c's forward and backward pieces when it runs nothing: zeros
+    where summed (statistics, loss), else unset (loop_arrays.Unset)."""
+    forward = loop_arrays.Unset(self._out_specs[c]) + loop_arrays.Zeros(self._upd_specs[c])
     if c == self._num_cells - 1 and self._loss_fn:
-      forward = forward + [self._loss_spec] + self._out_specs[c]
-    return forward, self._in_specs[c] + self._factor_specs[c]
+      forward += loop_arrays.Zeros([self._loss_spec]) + loop_arrays.Unset(self._out_specs[c])
+    return [forward, loop_arrays.Unset(self._in_specs[c] + self._factor_specs[c])]
 
   def _DeviceClock(self, r: int, d: int, cells: List[int], t: tf.Tensor,
                    state: Dict[str, Any], used: Set[Tuple[int, int]]
@@ -238,11 +238,11 @@ class LoopExecutor:
     with tf.device(self._runners[r][cells[0]].device):
       index = tf.gather(self._branches[t], d)
       m = tf.gather(self._micro[t], d)
-      layout = [specs for c in cells for specs in self._Parts(c)]
+      idle = [piece for c in cells for piece in self._Idle(c)]
 
       def Branch(place, kind):
         def Fn():
-          pieces = [loop_arrays.Zeros(s) for s in layout]
+          pieces = list(idle)
           if place is not None:
             c = cells[place]
             if kind == F:
@@ -261,9 +261,9 @@ class LoopExecutor:
           for i in range(len(cells)) for kind in range(KINDS)]
       flat = tf.switch_case(index, fns)
     pieces, start = [], 0
-    for specs in layout:
-      pieces.append(flat[start:start + len(specs)])
-      start += len(specs)
+    for piece in idle:
+      pieces.append(flat[start:start + len(piece)])
+      start += len(piece)
     return pieces
 
   def _Inputs(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> tuple:
