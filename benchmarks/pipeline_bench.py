@@ -174,7 +174,8 @@ def Run(workload_name: str) -> dict:
     intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
     result.update(timeline=bubble.Summary(intervals, tasks),
                   measured_bubble=bubble.MeasuredBubble(intervals, actions),
-                  simulated_bubble=bubble.PredictedBubble(intervals, actions))
+                  simulated_bubble=bubble.PredictedBubble(intervals, actions),
+                  replayed_bubble=bubble.PredictedBubble(intervals, actions, per_action=True))
   return result
 
 

@@ -5,7 +5,7 @@ deadlock raises validate's ValueError naming the stuck action), then runs
 each device's actions in order, each starting when its device is free and
 its inputs (`Schedule.Inputs`) have ended, plus `transfer_latency` for an
 input from another device. Costs are per action kind, uniform or per
-cell, estimated (FLOPs) or measured (a timeline).
+cell, estimated (FLOPs) or measured (a timeline), or per action.
 
 From the start and end of every action it gives:
 - the step time (all devices start at 0; the step ends with the last
@@ -25,7 +25,7 @@ B = I + W, ZB-H1 idles (K-1)(F+I-W), a third of 1F1B's (K-1)(F+I+W)
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline import validate
 from lingvo_pipe.pipeline.schedules import actions
@@ -36,7 +36,9 @@ Kind = actions.ActionKind
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-  """Time of each action kind: one number for every cell, or one per cell.
+  """Time of each action kind: one number for every cell, or one per cell;
+  `per_action` overrides it for the actions it names (e.g. each action's
+  time measured on a timeline).
 
   backward (a whole B) defaults to backward_input + backward_weight.
   """
@@ -45,9 +47,12 @@ class Costs:
   backward_weight: PerCell = 1.0
   backward: Optional[PerCell] = None
   reduce: PerCell = 0.0
+  per_action: Optional[Mapping[actions.Action, float]] = None
 
   def Of(self, action: actions.Action) -> float:
     """The time `action` takes."""
+    if self.per_action is not None and action in self.per_action:
+      return float(self.per_action[action])
     if action.kind == Kind.B:
       if self.backward is not None:
         return _Pick(self.backward, action.cell)
@@ -61,6 +66,8 @@ class Costs:
     """Raises ValueError unless every per-cell list has num_cells entries."""
     for f in dataclasses.fields(self):
       value = getattr(self, f.name)
+      if f.name == 'per_action':
+        continue
       if value is not None and not isinstance(value, (int, float)) and (
           len(value) != num_cells):
         raise ValueError(f'Costs.{f.name} has {len(value)} entries but the '

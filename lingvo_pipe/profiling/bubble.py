@@ -102,21 +102,24 @@ def Summary(intervals: Sequence[Interval],
           f'{schedule.MeasuredBubble(tasks):.3f}')
 
 
-def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Schedule
-                  ) -> simulate.Costs:
+def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Schedule,
+                  per_action: bool = False) -> simulate.Costs:
   """Per cell the median time of its forwards and of its backwards, and
   its device's WEIGHT_GRADIENTS time over the device's W actions (0
-  without W actions), in microseconds.
+  without W actions), in microseconds; with `per_action` also each F's,
+  B's and I's own time (Costs.per_action: a replay of the step).
 
   Raises:
     ValueError: if a cell has no forward or no backward in `intervals`.
   """
   num_cells = schedule_actions.num_cells
   forwards: Dict[int, List[float]] = {}
-  backwards: Dict[Tuple[int, int], float] = {}
+  backwards: Dict[Tuple[int, Optional[int]], float] = {}
+  times: Dict[actions.Action, float] = {}
   for i in intervals:
     if i.phase == Phase.FORWARD:
       forwards.setdefault(i.cell, []).append(i.end_us - i.start_us)
+      times[actions.Action(actions.ActionKind.F, i.cell, i.micro_batch)] = i.end_us - i.start_us
     elif i.phase in (Phase.RECOMPUTE, Phase.BACKWARD):
       key = (i.cell, i.micro_batch)
       backwards[key] = backwards.get(key, 0.0) + i.end_us - i.start_us
@@ -137,8 +140,13 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
                    if i.phase == Phase.WEIGHT_GRADIENTS and i.cell in cells)
       for c in cells:
         weight[c] = w_time / num_w
+  for row in schedule_actions.devices:
+    for a in row:
+      if a.kind in (actions.ActionKind.B, actions.ActionKind.I):
+        times[a] = backwards[(a.cell, a.micro_batch)]
   return simulate.Costs(forward=[statistics.median(forwards[c]) for c in range(num_cells)],
-                        backward_input=backward, backward_weight=weight, backward=backward)
+                        backward_input=backward, backward_weight=weight, backward=backward,
+                        per_action=times if per_action else None)
 
 
 def MeasuredBubble(intervals: Sequence[Interval], schedule_actions: actions.Schedule
@@ -151,9 +159,11 @@ def MeasuredBubble(intervals: Sequence[Interval], schedule_actions: actions.Sche
   return CellCallsBubbleFraction(intervals)
 
 
-def PredictedBubble(intervals: Sequence[Interval], schedule_actions: actions.Schedule
-                    ) -> float:
+def PredictedBubble(intervals: Sequence[Interval], schedule_actions: actions.Schedule,
+                    per_action: bool = False) -> float:
   """The simulator's bubble of the schedule with the costs measured on
-  `intervals` (MeasuredCosts)."""
-  return simulate.Simulate(schedule_actions, MeasuredCosts(intervals, schedule_actions)
-                           ).bubble_fraction
+  `intervals` (MeasuredCosts): per cell, or with `per_action` each
+  action's own (what remains between the two is the simulator's model
+  of the step: dependencies, one action at a time per device)."""
+  return simulate.Simulate(schedule_actions, MeasuredCosts(
+      intervals, schedule_actions, per_action)).bubble_fraction

@@ -7,7 +7,7 @@ import pytest
 
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import built_in
-from lingvo_pipe.pipeline.schedules.actions import ActionKind
+from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
 from lingvo_pipe.profiling import trace_calls
@@ -45,6 +45,18 @@ def test_a_simulated_step_measures_and_predicts_its_own_bubble(kind, k, m):
   sim, intervals = _AsIntervals(schedule, costs)
   assert bubble.MeasuredBubble(intervals, schedule) == pytest.approx(sim.bubble_fraction)
   assert bubble.PredictedBubble(intervals, schedule) == pytest.approx(sim.bubble_fraction)
+
+
+def test_each_action_s_own_time_replays_an_uneven_step():
+  """Times that differ between micro-batches: the per-cell medians miss
+  the waits they cause; each action's own time gives the bubble back."""
+  schedule = built_in.Build(built_in.ScheduleKind.ONE_F_ONE_B, 2, 4)
+  uneven = {Action(ActionKind.F, 0, 0): 9.0, Action(ActionKind.B, 1, 2): 12.0}
+  sim, intervals = _AsIntervals(schedule, simulate.Costs(forward=2.0, backward=4.0,
+                                                         per_action=uneven))
+  assert bubble.PredictedBubble(intervals, schedule, per_action=True) == pytest.approx(
+      sim.bubble_fraction)
+  assert bubble.PredictedBubble(intervals, schedule) != pytest.approx(sim.bubble_fraction)
 
 
 def test_measured_costs_are_per_cell_medians_and_w_per_device_action():
