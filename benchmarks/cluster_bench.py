@@ -4,6 +4,7 @@ devices of one process, and the bytes each worker sends and receives.
   python -m benchmarks.cluster_bench --pairs=5          # local vs workers
   python -m benchmarks.cluster_bench --configs=workers:1x1,workers:2x1
   python -m benchmarks.cluster_bench --run=workers --replicas=2 --k=2  # one run
+  python -m benchmarks.cluster_bench --schedule=zb_h1 --loop_min_micro_batches=2
 
 Each measured run is a fresh process (--run=local|workers). `workers`
 starts its own `--mode=worker` processes (one intra-op thread each) on free
@@ -14,7 +15,9 @@ before and after the timed steps: per worker task, and in all split into
 worker-to-worker (boundary tensors, all-reduce) and worker-to-client.
 A local run with replicas also profiles one step after the timed ones and
 reports the timeline's share of the step in all-reduce that no computation
-overlapped (profiling/bubble.UnoverlappedAllReduceShare).
+overlapped (profiling/bubble.UnoverlappedAllReduceShare); not of a loop
+step (--loop_min_micro_batches <= --m), whose calls the timeline labels
+from one replica's tasks.
 """
 
 import json
@@ -38,6 +41,14 @@ flags.DEFINE_integer('pairs', 5, 'Alternations of local and workers runs.')
 flags.DEFINE_integer('replicas', 1, 'R pipeline replicas (R*K devices or workers).')
 flags.DEFINE_integer('k', 2, 'Cells.')
 flags.DEFINE_integer('m', 4, 'Micro-batches per replica.')
+flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved', 'zb_h1',
+                                         'zb_h2', 'zb_v'],
+                  'The pipeline schedule (ScheduleKind value); other than gpipe, '
+                  'the step computes the loss inside the pipeline (FPropWithLoss).')
+flags.DEFINE_integer('cells_per_device', 1, 'v of interleaved and ZB-V: k*v cells '
+                     'on k devices (workers) per replica.')
+flags.DEFINE_integer('loop_min_micro_batches', 0, 'The step as one tf.while_loop '
+                     'over clocks when M >= this (0: unrolled).')
 flags.DEFINE_integer('num_layers', 16, 'Residual feed-forward blocks (ffn workload).')
 flags.DEFINE_integer('batch', 64, 'Global batch.')
 flags.DEFINE_integer('steps', 20, 'Timed steps per run.')
@@ -104,6 +115,7 @@ def _Run() -> dict:
   from lingvo_pipe.pipeline import cluster_spec
   from lingvo_pipe.pipeline import gpipe
   from lingvo_pipe.pipeline import replica_variables
+  from lingvo_pipe.pipeline import schedule
   from trainer import cluster_client
   num_devices = FLAGS.k * FLAGS.replicas
   workers, pids, ports = [], {}, []
@@ -132,8 +144,11 @@ def _Run() -> dict:
     w = workloads.WORKLOADS['ffn']
     shape = [FLAGS.batch, w.dim]
     model = gpipe.PipeliningLayer.Params().Set(
-        name='model', num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
-        num_replicas=FLAGS.replicas, input_shapes=[shape],
+        name='model', num_partitions=FLAGS.k * FLAGS.cells_per_device,
+        num_micro_batches=FLAGS.m, num_replicas=FLAGS.replicas, input_shapes=[shape],
+        schedule=schedule.ScheduleKind(FLAGS.schedule),
+        cells_per_device=FLAGS.cells_per_device,
+        loop_min_micro_batches=FLAGS.loop_min_micro_batches,
         layers=workloads.Layers(workloads.WORKLOADS['ffn'].__class__(
             'ffn', FLAGS.num_layers, w.dim, w.hidden, 0, FLAGS.batch, 0))).Instantiate()
     variables = list(model.trainable_variables)
@@ -144,7 +159,12 @@ def _Run() -> dict:
     @tf.function(autograph=False)
     def Step(x):
       with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x)))
+        if FLAGS.schedule == 'gpipe':
+          loss = tf.reduce_mean(tf.square(model(x)))
+        else:  # the same loss, a sum of per-micro-batch terms
+          loss = model.FPropWithLoss(
+              model.theta, lambda y: tf.reduce_sum(tf.square(y)) / x.shape.num_elements(),
+              x)[0]
       for v, g in zip(trained, tape.gradient(loss, trained)):
         with tf.device(v.device):
           v.assign_sub(1e-3 * tf.convert_to_tensor(g))
@@ -163,7 +183,9 @@ def _Run() -> dict:
       times.append(time.perf_counter() - t0)
     after = _Bytes(pids) if workers else {}
     profiled = {}
-    if FLAGS.run == 'local' and FLAGS.replicas > 1:
+    # Not a loop step: the timeline labels its calls from a schedule's tasks,
+    # which name one replica's devices.
+    if FLAGS.run == 'local' and FLAGS.replicas > 1 and not model.plan.Loops(FLAGS.m):
       from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:
@@ -176,6 +198,8 @@ def _Run() -> dict:
               if i.phase == timeline.Phase.ALL_REDUCE))
     boundary = 2 * FLAGS.batch * w.dim * 4 * (FLAGS.k - 1)  # activations + gradients
     result = dict(run=FLAGS.run, K=FLAGS.k, M=FLAGS.m, R=FLAGS.replicas,
+                  schedule=FLAGS.schedule, cells_per_device=FLAGS.cells_per_device,
+                  loop_min_micro_batches=FLAGS.loop_min_micro_batches,
                   num_layers=FLAGS.num_layers, batch=FLAGS.batch,
                   threads=FLAGS.threads, pinned=FLAGS.pin_workers, steps=FLAGS.steps,
                   step_s_median=statistics.median(times), step_s_min=min(times),
@@ -202,7 +226,9 @@ def _Child(run: str, replicas: int, k: int) -> dict:
           f'--replicas={replicas}', f'--k={k}', f'--m={FLAGS.m}',
           f'--num_layers={FLAGS.num_layers}', f'--batch={FLAGS.batch}',
           f'--steps={FLAGS.steps}', f'--warmup={FLAGS.warmup}',
-          f'--threads={FLAGS.threads}', f'--pin_workers={FLAGS.pin_workers}']
+          f'--threads={FLAGS.threads}', f'--pin_workers={FLAGS.pin_workers}',
+          f'--schedule={FLAGS.schedule}', f'--cells_per_device={FLAGS.cells_per_device}',
+          f'--loop_min_micro_batches={FLAGS.loop_min_micro_batches}']
   out = subprocess.run(args, capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   if out.returncode:

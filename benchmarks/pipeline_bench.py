@@ -170,7 +170,10 @@ def Run(workload_name: str) -> dict:
     from lingvo_pipe.profiling import record  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
     actions = model.plan.Actions(FLAGS.m)
-    tasks = None if FLAGS.schedule == 'gpipe' else schedule.FromActions(actions)
+    # Fill-drain labels itself, unless it loops: a loop step's calls run in
+    # iterations, which only the tasks tell from steps.
+    tasks = (None if FLAGS.schedule == 'gpipe' and not model.plan.Loops(FLAGS.m)
+             else schedule.FromActions(actions))
     intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
     result.update(timeline=bubble.Summary(intervals, tasks),
                   measured_bubble=bubble.MeasuredBubble(intervals, actions),

@@ -51,12 +51,14 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
 
 
 def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
-  """The schedule.Tasks of the task's pipeline if it runs a schedule other
-  than fill-drain with a fixed M (the timeline's labels), else None."""
+  """The schedule.Tasks of the task's pipeline if it has a fixed M and runs
+  a schedule other than fill-drain or a loop step (the timeline's labels),
+  else None."""
   for module in task.submodules:
     if isinstance(module, gpipe.PipeliningLayer):
       p = module.params
-      if (p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text) or (
+      fill_drain = p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text
+      if (fill_drain and not module.plan.Loops(p.num_micro_batches)) or (
           p.micro_batch_size):
         return None
       return schedule.FromActions(module.plan.Actions(p.num_micro_batches))

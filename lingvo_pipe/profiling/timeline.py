@@ -41,7 +41,9 @@ Limits: the trace names no function, so cells are told apart by device,
 not by their '<cell name>_forward' names; one pipeline per step (two
 pipelines sharing devices break the fewest-ops rule); gradient ops that run
 before the last recomputed op ends count as RECOMPUTE; a trace of several
-steps (or of several iterations of a loop of steps) is rejected. Compiled
+steps is rejected; a loop step (its clocks are iterations of a
+tf.while_loop) is read as an unrolled one given its tasks, and without
+them rejected (its iterations look like several steps in one loop). Compiled
 cells: recomputation runs inside the compiled gradient, so their backward
 is one BACKWARD interval with no RECOMPUTE; an interval is the XLA
 program's run, without the call's argument handling; the order rule needs a
@@ -148,10 +150,16 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     raise ValueError('The trace has no pipeline cell events (no function calls '
                      'made by PartitionedCall ops); profile a step of a '
                      'PipeliningLayer whose cells are not inlined.')
-  steps = {c.step for c in calls}
+  steps = {c.step[0] for c in calls}
   if len(steps) > 1:
-    raise ValueError(f'The trace holds {len(steps)} steps (or loop iterations) '
-                     'with pipeline cell calls; profile exactly one.')
+    raise ValueError(f'The trace holds {len(steps)} steps with pipeline cell '
+                     'calls; profile exactly one.')
+  iterations = len({c.step[1] for c in calls})
+  if iterations > 1 and tasks is None:
+    raise ValueError(f'The cell calls run in {iterations} loop iterations: a loop '
+                     f'step (a clock an iteration) or {iterations} steps in one '
+                     'loop; pass the step\'s tasks to tell them apart, or profile '
+                     'exactly one step with steps_per_loop=1.')
   by_partition: Dict[int, List[Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
     by_partition.setdefault(call.partition, []).append(call)
@@ -178,7 +186,7 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
                        (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
     for call in trace_calls.ScopeCalls(events, scope):
-      if call.partition in first_cell and call.step in steps:
+      if call.partition in first_cell and call.step[0] in steps:
         cell, device = first_cell[call.partition]
         for start, end in _Runs(call, call_starts[call.partition]):
           intervals.append(Interval(cell, device, -1, phase,
@@ -218,7 +226,8 @@ def _Labels(tasks: Optional[Sequence[schedule.Task]], num_devices: int,
         (t.cell, t.micro_batch))
   if any(len(f) != num_forwards for f, _ in labels):
     raise ValueError(f'The schedule runs {[len(f) for f, _ in labels]} forwards '
-                     f'per device; the trace {num_forwards}.')
+                     f'per device; the trace {num_forwards}: not one step of this '
+                     'schedule (profile exactly one, with steps_per_loop=1).')
   return labels
 
 

@@ -243,8 +243,47 @@ def test_profile_of_a_live_step(tmp_path):
                          [tf.constant(0), tf.constant(0.0)])
 
   loop = timeline.Profile(Loop, str(tmp_path / 'loop'))
-  with pytest.raises(ValueError, match='2 steps'):
+  with pytest.raises(ValueError, match='2 steps in one loop'):
     timeline.Intervals(timeline.LoadTrace(loop))
+  with pytest.raises(ValueError, match='not one step of this schedule'):
+    timeline.Intervals(timeline.LoadTrace(loop), schedule.FromActions(pipe.plan.Actions(2)))
+
+
+def test_a_loop_step_labelled_by_its_tasks(tmp_path):
+  """A loop step runs a clock per iteration: with the schedule's tasks the
+  timeline reads it as it reads an unrolled step (ZB-H1: each (cell,
+  micro-batch) one forward and one backward, the forward first; W's that
+  ran in iterations of their own); without tasks it cannot tell clocks
+  from steps and says so."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules import built_in  # pylint: disable=g-import-not-at-top
+  from tests.pipeline import pipeline_models as models  # pylint: disable=g-import-not-at-top
+  layers, shape = models.FfnLayers(dim=32)
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=built_in.ScheduleKind.ZB_H1,
+                         loop_min_micro_batches=2)
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+    return tape.gradient(loss, pipe.trainable_variables)
+
+  x = tf.ones(shape)
+  tasks = schedule.FromActions(pipe.plan.Actions(4))
+  intervals = timeline.ProfileIntervals(lambda: Step(x), str(tmp_path), tasks=tasks)
+  every = [(c, m) for c in (0, 1) for m in range(4)]
+  starts = {}
+  for phase in (Phase.FORWARD, Phase.BACKWARD):
+    own = {(i.cell, i.micro_batch): i.start_us for i in intervals if i.phase == phase}
+    assert sorted(own) == every, phase
+    starts[phase] = own
+  assert all(starts[Phase.FORWARD][key] < starts[Phase.BACKWARD][key] for key in every)
+  for cell in (0, 1):
+    assert len([i for i in intervals if i.cell == cell
+                and i.phase == Phase.WEIGHT_GRADIENTS]) > 1
+  with pytest.raises(ValueError, match='loop iterations.*pass the step\'s tasks'):
+    timeline.Intervals(timeline.LoadTrace(timeline.Profile(lambda: Step(x),
+                                                           str(tmp_path / 'no_tasks'))))
 
 
 def test_labels_follow_the_schedule_s_device_orders():
