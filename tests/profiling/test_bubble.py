@@ -105,17 +105,11 @@ def test_a_live_zero_bubble_step_shows_its_w_s(tmp_path):
   layers, shape = models.FfnLayers(dim=32)
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=built_in.ScheduleKind.ZB_H1,
                          remat_last_micro_batch=True)
-
-  @tf.function(autograph=False)
-  def Step(x):
-    with tf.GradientTape() as tape:
-      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
-    return tape.gradient(loss, pipe.trainable_variables)
-
+  step = models.TrainStepWithLoss(pipe, 0, 4)
   x = tf.ones(shape)
   schedule = pipe.plan.Actions(4)
   from lingvo_pipe.pipeline import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
-  intervals = timeline.ProfileIntervals(lambda: Step(x), str(tmp_path),
+  intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path),
                                         tasks=schedule_lib.FromActions(schedule))
   for device in {i.device for i in intervals}:
     own = [i for i in intervals if i.device == device]

@@ -261,16 +261,10 @@ def test_a_loop_step_labelled_by_its_tasks(tmp_path):
   layers, shape = models.FfnLayers(dim=32)
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=built_in.ScheduleKind.ZB_H1,
                          loop_min_micro_batches=2)
-
-  @tf.function(autograph=False)
-  def Step(x):
-    with tf.GradientTape() as tape:
-      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
-    return tape.gradient(loss, pipe.trainable_variables)
-
+  step = models.TrainStepWithLoss(pipe, 0, 4)
   x = tf.ones(shape)
   tasks = schedule.FromActions(pipe.plan.Actions(4))
-  intervals = timeline.ProfileIntervals(lambda: Step(x), str(tmp_path), tasks=tasks)
+  intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path), tasks=tasks)
   every = [(c, m) for c in (0, 1) for m in range(4)]
   starts = {}
   for phase in (Phase.FORWARD, Phase.BACKWARD):
@@ -282,7 +276,7 @@ def test_a_loop_step_labelled_by_its_tasks(tmp_path):
     assert len([i for i in intervals if i.cell == cell
                 and i.phase == Phase.WEIGHT_GRADIENTS]) > 1
   with pytest.raises(ValueError, match='loop iterations.*pass the step\'s tasks'):
-    timeline.Intervals(timeline.LoadTrace(timeline.Profile(lambda: Step(x),
+    timeline.Intervals(timeline.LoadTrace(timeline.Profile(lambda: step(x),
                                                            str(tmp_path / 'no_tasks'))))
 
 
