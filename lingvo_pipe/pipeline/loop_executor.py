@@ -7,13 +7,13 @@ reads its own copy of the variables on its own devices.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
 activations, gradients, the last cell's outputs and loss gradients, the
-input gradients, and each micro-batch's deferred factor pairs, packed into
-one vector per dtype (a loop carries each array through every clock: one
-array, not two per deferring weight). Every array is written every clock
-(an unset tensor at a spare slot when nothing is due), so no write needs a
-condition; reads see the arrays as at the start of the clock. Weight
-gradients add into the cells' accumulators (CellGradients.StartLoopStep,
-then ZeroAccumulators once a probe says which weights defer wholly). A B's factor pairs leave the loop for one
+input gradients, and each micro-batch's deferred factor pairs, packed in
+a vector per dtype (every loop variable costs ops in every clock). Every
+array is written every clock (an unset tensor at a spare slot if nothing
+is due): no write needs a condition; reads see the arrays as at the
+clock's start. Weight gradients add into the cells' accumulators
+(CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
+which weights defer wholly). A B's factor pairs leave the loop for one
 product per weight after it; an I's wait in their array for its W.
 
 With replicas the clocks after the forwards run as one loop per span
