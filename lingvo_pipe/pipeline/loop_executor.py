@@ -1,8 +1,9 @@
 """The executor as one tf.while_loop over clocks: any schedule, every replica, a graph that does not grow with M.
 
 Per clock of loop_tables each device of each replica runs a tf.switch_case
-over its cells' F, X (B or I), W and KEPT branches: a few calls per cell
-whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
+over its cells' F, X (B or I), W and KEPT branches, and beside it one over
+its cells' W's for a W the tables put in the same clock: a few calls per
+cell whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
 reads its own copy of the variables on its own devices.
 
 Arrays per lane carry what crosses between clocks (loop_tables' rings):
@@ -85,12 +86,11 @@ class LoopExecutor:
     self._kept_decision = dataclasses.replace(kept, split=kept.defer and tables.split[-1])
     self._branches = tf.constant(tables.branches)
     self._micro = tf.constant(tables.micro)
+    self._w_branches = tf.constant(tables.w_branches)
+    self._w_micro = tf.constant(tables.w_micro)
     self._input_struct = micro_inputs[0][0]
-    self._stacked_inputs = []
-    for r, row in enumerate(self._runners):
-      with tf.device(row[0].device):
-        flat = [tf.nest.flatten(x) for x in micro_inputs[r]]
-        self._stacked_inputs.append([tf.stack(list(column)) for column in zip(*flat)])
+    self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
+                            for r, row in enumerate(self._runners)]
     self._out_structs, self._update_structs, self._loss_spec = loop_probes.Structures(
         self._runners[0], self._thetas[0], self._input_struct, loss_fn)
     self._out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
@@ -106,7 +106,10 @@ class LoopExecutor:
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
-    self._state = self._InitialState()
+    self._state = loop_arrays.InitialState(
+        [[r.device for r in row] for row in self._runners], tables.rings, num_micro,
+        self._out_specs, self._upd_specs, self._in_specs[0], self._factor_specs,
+        self._loss_spec)
     self._updates: Optional[List[NestedMap]] = None
     self._reduced: Dict[int, List[List[Any]]] = {}  # cell -> [replica] its sums
 
@@ -155,33 +158,6 @@ class LoopExecutor:
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
     return theta if seed is None else base_layer.WithStepSeed(theta, seed)
 
-  def _InitialState(self) -> Dict[str, Any]:
-    """The arrays and sums the loop carries, per lane or replica."""
-    rings, num_micro, last = self._tables.rings, self._num_micro, self._num_cells - 1
-    acts: List[Any] = []
-    grads: List[Any] = []
-    factors, sums = [], []
-    for row in self._runners:
-      for c, runner in enumerate(row):
-        with tf.device(runner.device):
-          for arrays, depths in ((acts, rings.activations), (grads, rings.gradients)):
-            arrays.append(loop_arrays.Arrays(self._out_specs[c], depths[c] + 1)
-                          if c < last else [])
-          factors.append(loop_arrays.Arrays(self._factor_specs[c], num_micro + 1))
-          sums.append(loop_arrays.Zeros(self._upd_specs[c]))
-    dy_size = rings.loss_gradients + 1 if self._loss_fn else num_micro + 1
-    state = dict(acts=acts, grads=grads, factors=factors, sums=sums, dys=[], outs=[],
-                 d_inputs=[], losses=[])
-    for row in self._runners:
-      with tf.device(row[-1].device):
-        state['dys'].append(loop_arrays.Arrays(self._out_specs[last], dy_size))
-        state['outs'].append(loop_arrays.Arrays(self._out_specs[last], num_micro + 1))
-        if self._loss_spec is not None:
-          state['losses'].append(tf.zeros([], self._loss_spec.dtype))
-      with tf.device(row[0].device):
-        state['d_inputs'].append(loop_arrays.Arrays(self._in_specs[0], num_micro + 1))
-    return state
-
   # --- the loop ----------------------------------------------------------------
 
   def _Spans(self, start: int, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -206,9 +182,12 @@ class LoopExecutor:
     used = {(d, int(b)) for d in range(len(tables.cells_on))
             for b in tables.branches[start:end, d]}
     active = sorted({d for d, b in used if b})
+    w_used = {(d, int(b)) for d in range(len(tables.cells_on))
+              for b in tables.w_branches[start:end, d] if b}
 
     def Body(t, state):
       new = {key: list(value) for key, value in state.items()}
+      done = []
       for r in range(self._num_replicas):
         for d in active:
           cells = tables.cells_on[d]
@@ -216,7 +195,10 @@ class LoopExecutor:
           for place, c in enumerate(cells):
             self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
                         new, slots)
-      return t + 1, new
+        for d in sorted({d for d, _ in w_used}):
+          done.append(self._DeviceW(r, d, tables.cells_on[d], t, state, w_used))
+      with tf.control_dependencies(done):
+        return t + 1, new
 
     _, state = tf.while_loop(lambda t, _: t < end, Body, (tf.constant(start), state))
     return state
@@ -265,6 +247,23 @@ class LoopExecutor:
       pieces.append(flat[start:start + len(piece)])
       start += len(piece)
     return pieces
+
+  def _DeviceW(self, r: int, d: int, cells: List[int], t: tf.Tensor,
+               state: Dict[str, Any], w_used: Set[Tuple[int, int]]) -> tf.Tensor:
+    """The W that device d of replica r runs beside its action at clock t
+    (loop_tables' w_branches): a switch_case over its cells' W's."""
+    with tf.device(self._runners[r][cells[0]].device):
+      m = tf.gather(self._w_micro[t], d)
+
+      def Branch(branch):
+        def Fn():
+          if (d, branch) in w_used:
+            self._WeightBackward(r, cells[branch - 1], m, state)
+          return tf.constant(0)
+        return Fn
+
+      return tf.switch_case(tf.gather(self._w_branches[t], d),
+                            [Branch(b) for b in range(1 + len(cells))])
 
   def _Inputs(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> tuple:
     """Cell c's inputs of micro-batch m: the pipeline's for cell 0, else
@@ -360,17 +359,15 @@ class LoopExecutor:
   # --- results -------------------------------------------------------------
 
   def _LastOutputs(self) -> List[List[tuple]]:
-    micro = list(range(self._num_micro))
     per_replica = []
     for r, row in enumerate(self._runners):
       with tf.device(row[-1].device):
-        columns = [tf.unstack(a.gather(micro), self._num_micro) for a in self._state['outs'][r]]
+        columns = [loop_arrays.Unstacked(a, self._num_micro) for a in self._state['outs'][r]]
         per_replica.append([tuple(tf.nest.pack_sequence_as(self._out_structs[-1], list(f)))
                             for f in zip(*columns)])
     return per_replica
 
   def _Result(self) -> executor.StepResult:
-    micro = list(range(self._num_micro))
     state = self._state
     cells = range(self._num_cells)
     grads = ([[self._reduced[c][r] for c in cells] for r in range(self._num_replicas)]
@@ -378,7 +375,7 @@ class LoopExecutor:
     input_grads = []
     for r, row in enumerate(self._runners):
       with tf.device(row[0].device):
-        columns = [tf.unstack(a.gather(micro), self._num_micro) if IsDifferentiable(x)
+        columns = [loop_arrays.Unstacked(a, self._num_micro) if IsDifferentiable(x)
                    else [None] * self._num_micro
                    for a, x in zip(state['d_inputs'][r], tf.nest.flatten(self._input_struct))]
       input_grads.append([list(g) for g in zip(*columns)])

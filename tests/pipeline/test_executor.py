@@ -10,6 +10,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 from tests import transparency
@@ -102,6 +103,33 @@ def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
     assert rings.loss_gradients == 1, rings
   fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False).rings
   assert fill_drain.activations == [16] * 3, fill_drain
+
+
+@pytest.mark.parametrize('kind', [ScheduleKind.ZB_H1, ScheduleKind.ZB_H2, ScheduleKind.ZB_V])
+def test_a_w_before_another_action_runs_in_that_action_s_clock(kind):
+  """Each W is placed once: in the W table when its device's next action
+  is not a W, at a clock no later than that action's (the clock its
+  device is free: beside that action, or before it while it waits for
+  its inputs), else at a clock of its own; the loop has fewer clocks than
+  a device has actions."""
+  schedule = built_in.Build(kind, 2, 16)
+  tables = loop_tables.Build(schedule, keep_last=False)
+  for d, row in enumerate(schedule.devices):
+    for a, b in zip(row, row[1:] + (None,)):
+      if a.kind != ActionKind.W:
+        continue
+      clock = tables.clocks[(loop_tables.W, a.cell, a.micro)]
+      beside = b is not None and b.kind != ActionKind.W
+      in_w_table = (tables.w_branches[clock, d], tables.w_micro[clock, d]) == (
+          1 + tables.cells_on[d].index(a.cell), a.micro)
+      assert in_w_table == beside, (a, b)
+      if beside:
+        next_kind = loop_tables.F if b.kind == ActionKind.F else loop_tables.X
+        assert clock <= tables.clocks[(next_kind, b.cell, b.micro)], (a, b)
+      else:
+        assert tables.branches[clock, d] == (
+            1 + loop_tables.KINDS * tables.cells_on[d].index(a.cell) + loop_tables.W)
+    assert tables.num_clocks < len(row)
 
 
 def test_ring_depth_is_the_smallest_without_overwrite():
