@@ -34,6 +34,8 @@ from typing import Dict, List, Tuple
 from absl import app
 from absl import flags
 
+from benchmarks import schedule_flags
+
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('run', '', ['', 'local', 'workers'], 'One run of this '
                   'placement; empty: alternate both --pairs times.')
@@ -41,14 +43,7 @@ flags.DEFINE_integer('pairs', 5, 'Alternations of local and workers runs.')
 flags.DEFINE_integer('replicas', 1, 'R pipeline replicas (R*K devices or workers).')
 flags.DEFINE_integer('k', 2, 'Cells.')
 flags.DEFINE_integer('m', 4, 'Micro-batches per replica.')
-flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved', 'zb_h1',
-                                         'zb_h2', 'zb_v'],
-                  'The pipeline schedule (ScheduleKind value); other than gpipe, '
-                  'the step computes the loss inside the pipeline (FPropWithLoss).')
-flags.DEFINE_integer('cells_per_device', 1, 'v of interleaved and ZB-V: k*v cells '
-                     'on k devices (workers) per replica.')
-flags.DEFINE_integer('loop_min_micro_batches', 0, 'The step as one tf.while_loop '
-                     'over clocks when M >= this (0: unrolled).')
+schedule_flags.Define()
 flags.DEFINE_integer('num_layers', 16, 'Residual feed-forward blocks (ffn workload).')
 flags.DEFINE_integer('batch', 64, 'Global batch.')
 flags.DEFINE_integer('steps', 20, 'Timed steps per run.')

@@ -23,6 +23,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
 
+from benchmarks import schedule_flags
+
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('workload', 'ffn', ['ffn', 'transformer', 'transformer-act'],
                   'A workload of docs/workloads.md.')
@@ -33,14 +35,7 @@ flags.DEFINE_enum('remat', 'per_cell', ['none', 'per_cell', 'per_layer'],
 flags.DEFINE_bool('remat_last_micro_batch', False, 'With --remat=per_cell, '
                   "recompute each cell's last micro-batch too (PipeliningLayer's "
                   'remat_last_micro_batch).')
-flags.DEFINE_enum('schedule', 'gpipe', ['gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v'],
-                  'The pipeline schedule (ScheduleKind value); other than gpipe, '
-                  'the step computes the loss inside the pipeline (FPropWithLoss).')
-flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of the '
-                     'interleaved schedule: the layers go into k*v cells.')
-flags.DEFINE_integer('loop_min_micro_batches', 0, 'The training step (any '
-                     'schedule) as a tf.while_loop over clock ticks when M >= '
-                     'this (0: unrolled).')
+schedule_flags.Define()
 flags.DEFINE_bool('baseline', False, 'The same layers unpipelined on one device.')
 flags.DEFINE_integer('steps', 10, 'Measured steps.')
 flags.DEFINE_integer('warmup', 2, 'Steps run before measuring (after the first).')

@@ -40,6 +40,7 @@ from absl import flags
 
 from benchmarks import analysis
 from benchmarks import runner
+from benchmarks import schedule_flags
 
 SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb', 'loop_k2', 'simulated')
 
@@ -89,9 +90,6 @@ def BubbleEntries(timeline_root: str) -> Dict[str, List[str]]:
   return entries
 
 
-SIMULATED_SCHEDULES = ('gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v')
-
-
 def SimulatedEntries(timeline_root: str) -> Dict[str, List[str]]:
   """Every schedule, remat none and per cell, profiled at K=2 M=8 with
   one intra-op thread per device; four inter-op threads, so that a
@@ -99,7 +97,7 @@ def SimulatedEntries(timeline_root: str) -> Dict[str, List[str]]:
   call (with two, they did: idle time the schedule does not have)."""
   entries = {}
   for remat in ('none', 'per_cell'):
-    for schedule in SIMULATED_SCHEDULES:
+    for schedule in schedule_flags.SCHEDULES:
       v = 2 if schedule in ('interleaved', 'zb_v') else 1
       name = f'{schedule}_{remat}'
       entries[name] = ['--workload=ffn', '--batch=256', '--k=2', '--m=8',
@@ -157,7 +155,7 @@ LOOP_GROUPS = {
          ['--workload=ffn', '--batch=256', f'--schedule={schedule}',
           f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
           '--intra_op_threads=1', '--inter_op_threads=2'])
-        for schedule in ('gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v')),
+        for schedule in schedule_flags.SCHEDULES),
 }
 LOOP_TITLES = {
     'loop': 'The loop against the unrolled step: fill-drain',

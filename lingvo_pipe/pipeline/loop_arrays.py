@@ -53,6 +53,7 @@ def InitialState(devices: Sequence[Sequence[str]], rings: loop_tables.Rings,
   factor_specs, the pipeline's in_specs; loss_spec None without the loss
   inside (the last cell's output gradients then come from outside)."""
   last = len(out_specs) - 1
+  dy_size = rings.loss_gradients + 1 if loss_spec is not None else num_micro + 1
   state: Dict[str, Any] = dict(acts=[], grads=[], factors=[], sums=[], dys=[], outs=[],
                                d_inputs=[], losses=[])
   for row in devices:
@@ -63,7 +64,6 @@ def InitialState(devices: Sequence[Sequence[str]], rings: loop_tables.Rings,
         state['factors'].append(Arrays(factor_specs[c], num_micro + 1))
         state['sums'].append(Zeros(upd_specs[c]))
     with tf.device(row[-1]):
-      dy_size = rings.loss_gradients + 1 if loss_spec is not None else num_micro + 1
       state['dys'].append(Arrays(out_specs[last], dy_size))
       state['outs'].append(Arrays(out_specs[last], num_micro + 1))
       if loss_spec is not None:

@@ -179,11 +179,9 @@ class LoopExecutor:
     slots = tf.nest.map_structure(tf.constant, tables.WriteSlots())
     # Branches that the span never picks are idle ones (a finished cell's
     # backward is not traced again), and so are devices it never uses.
-    used = {(d, int(b)) for d in range(len(tables.cells_on))
-            for b in tables.branches[start:end, d]}
-    active = sorted({d for d, b in used if b})
-    w_used = {(d, int(b)) for d in range(len(tables.cells_on))
-              for b in tables.w_branches[start:end, d] if b}
+    used = tables.Picks(tables.branches, start, end)
+    w_used = tables.Picks(tables.w_branches, start, end)
+    active, w_active = (sorted({d for d, _ in picks}) for picks in (used, w_used))
 
     def Body(t, state):
       new = {key: list(value) for key, value in state.items()}
@@ -195,7 +193,7 @@ class LoopExecutor:
           for place, c in enumerate(cells):
             self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
                         new, slots)
-        for d in sorted({d for d, _ in w_used}):
+        for d in w_active:
           done.append(self._DeviceW(r, d, tables.cells_on[d], t, state, w_used))
       with tf.control_dependencies(done):
         return t + 1, new

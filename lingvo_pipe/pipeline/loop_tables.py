@@ -104,6 +104,11 @@ class LoopTables:
         ends[cell] = max(ends.get(cell, 0), clock + 1)
     return ends
 
+  def Picks(self, table: np.ndarray, start: int, end: int) -> Set[Tuple[int, int]]:
+    """The (device, branch) pairs other than idle that `table` (branches or
+    w_branches) holds in clocks [start, end)."""
+    return {(d, int(b)) for d in range(table.shape[1]) for b in table[start:end, d] if b}
+
   def WriteSlots(self) -> Dict[str, Any]:
     """Per clock the slot each array is written at (Slots), by the
     loop's names: per boundary 'acts' and 'grads', per cell 'factors'."""

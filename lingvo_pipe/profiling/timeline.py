@@ -180,9 +180,7 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     device = devices.get(forwards[0].partition, f'partition {k}')
     intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
     first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
-  call_starts: Dict[int, List[int]] = {}
-  for call in sorted(calls, key=lambda c: c.Span()[0]):
-    call_starts.setdefault(call.partition, []).append(call.Span()[0])
+  call_starts = {p: [c.Span()[0] for c in cs] for p, cs in by_partition.items()}
   for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
                        (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
     for call in trace_calls.ScopeCalls(events, scope):

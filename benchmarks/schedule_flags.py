@@ -1,0 +1,21 @@
+"""The schedule flags of the programs that run one pipeline step
+(pipeline_bench, cluster_bench), and the schedules' names on their
+command lines."""
+
+from absl import flags
+
+# --schedule values: 'gpipe' is fill-drain with the loss outside (FProp),
+# the others ScheduleKind values with the loss inside (FPropWithLoss).
+SCHEDULES = ('gpipe', 'one_f_one_b', 'interleaved', 'zb_h1', 'zb_h2', 'zb_v')
+
+
+def Define() -> None:
+  """Defines --schedule, --cells_per_device and --loop_min_micro_batches."""
+  flags.DEFINE_enum('schedule', 'gpipe', list(SCHEDULES),
+                    'The pipeline schedule (ScheduleKind value); other than gpipe, '
+                    'the step computes the loss inside the pipeline (FPropWithLoss).')
+  flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of interleaved '
+                       'and ZB-V: the layers go into k*v cells on k devices.')
+  flags.DEFINE_integer('loop_min_micro_batches', 0, 'The training step (any '
+                       'schedule) as a tf.while_loop over clocks when M >= this '
+                       '(0: unrolled).')
