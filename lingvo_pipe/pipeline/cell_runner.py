@@ -111,9 +111,10 @@ class CellRunner:
 
     A recorded forward's Recording holds its activations for
     BackwardFromTape; its tape watches only this cell's theta and inputs, so
-    its gradient stops at the cell boundary. A recorded call reads them
-    through tf.stop_gradient, hidden from the caller's tapes (which record
-    the pipeline's ops too): with two tapes watching its inputs, TensorFlow
+    its gradient stops at the cell boundary. A recorded call (a compiled
+    cell's: remat.Decide inlines the others) reads them through
+    tf.stop_gradient, hidden from the caller's tapes (which record the
+    pipeline's ops too): with two tapes watching its inputs, TensorFlow
     prepares the call for higher-order gradients, and its backward then
     takes a zero-filled gradient of every intermediate, gigabytes of zeros
     per step (docs/benchmarks/profiles.md). Otherwise the recording is None.

@@ -16,8 +16,8 @@ r*M + m of the whole batch (its dropout masks too).
 - I runs the same backward split (remat.Decision.split): the projections'
   weight gradients are left as factor pairs for the micro-batch's W, which
   multiplies them into the accumulators. Where the decision cannot defer
-  (remat NONE or PER_LAYER, one micro-batch, compiled cells), I is a B
-  and its W does nothing.
+  (remat PER_LAYER, one micro-batch, compiled cells), I is a B and its W
+  does nothing.
 - REDUCE (replicas only: plan.Order puts it after the cell's last B or W
   on its device) reads the cell's step gradients in every replica and
   sums them over the replicas with a collective all-reduce

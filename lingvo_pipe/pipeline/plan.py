@@ -110,11 +110,10 @@ class Plan:
           continue
         follows = (after is not None and after.kind in actions.INPUT_BACKWARDS
                    and (after.cell, after.micro) == (a.cell, a.micro))
-        decision = remat.Decide(self.policy, self.remat_last_micro_batch,
-                                a.micro, num_micro, backward_follows=follows)
         split = schedule.InputBackward(a.cell, a.micro).kind == ActionKind.I
-        decisions[(a.cell, a.micro)] = dataclasses.replace(
-            decision, split=split and decision.defer)
+        decisions[(a.cell, a.micro)] = remat.Decide(
+            self.policy, self.remat_last_micro_batch, a.micro, num_micro,
+            backward_follows=follows, split=split)
     return decisions
 
   def ForwardsFirst(self, num_micro: int) -> bool:

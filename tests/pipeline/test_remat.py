@@ -14,17 +14,17 @@ T, F = True, False
 # (policy, remat_last_micro_batch, m, M): (record, inline, per_layer, defer)
 _TABLE = {
     (NONE, F, 0, 1): (T, T, F, F),
-    (NONE, F, 0, 2): (T, F, F, F),
-    (NONE, F, 1, 2): (T, F, F, F),
-    (NONE, F, 0, 3): (T, F, F, F),
-    (NONE, F, 1, 3): (T, F, F, F),
-    (NONE, F, 2, 3): (T, F, F, F),
+    (NONE, F, 0, 2): (T, T, F, F),
+    (NONE, F, 1, 2): (T, T, F, F),
+    (NONE, F, 0, 3): (T, T, F, F),
+    (NONE, F, 1, 3): (T, T, F, F),
+    (NONE, F, 2, 3): (T, T, F, F),
     (NONE, T, 0, 1): (T, T, F, F),
-    (NONE, T, 0, 2): (T, F, F, F),
-    (NONE, T, 1, 2): (T, F, F, F),
-    (NONE, T, 0, 3): (T, F, F, F),
-    (NONE, T, 1, 3): (T, F, F, F),
-    (NONE, T, 2, 3): (T, F, F, F),
+    (NONE, T, 0, 2): (T, T, F, F),
+    (NONE, T, 1, 2): (T, T, F, F),
+    (NONE, T, 0, 3): (T, T, F, F),
+    (NONE, T, 1, 3): (T, T, F, F),
+    (NONE, T, 2, 3): (T, T, F, F),
     (PER_CELL, F, 0, 1): (T, T, F, F),
     (PER_CELL, F, 0, 2): (F, F, F, T),
     (PER_CELL, F, 1, 2): (T, T, F, T),
@@ -61,6 +61,17 @@ def test_table_lists_every_case_up_to_three_micro_batches():
 @pytest.mark.parametrize('case', list(_TABLE))
 def test_decide_matches_the_table(case):
   assert dataclasses.astuple(remat.Decide(*case)) == _TABLE[case] + (False,)  # never split
+
+
+@pytest.mark.parametrize('case', list(_TABLE))
+def test_a_split_backward_defers_everything_with_several_micro_batches_but_per_layer(case):
+  """A backward the schedule splits into I and W: under NONE and PER_CELL
+  with M > 1 it defers (and splits); else it stays the table's B."""
+  policy, _, _, num_micro = case
+  splits = num_micro > 1 and policy != PER_LAYER
+  record, inline, per_layer, defer = _TABLE[case]
+  assert dataclasses.astuple(remat.Decide(*case, split=True)) == (
+      record, inline, per_layer, defer or splits, splits)
 
 
 def test_bad_arguments():

@@ -68,12 +68,15 @@ def _WeightGradientUpdates(pipe, shape, m):
           op.type in ('AssignAddVariableOp', 'AssignVariableOp')]
 
 
-def test_each_w_adds_its_own_micro_batch_products():
-  """ZB-H1, K=2, M=4, per-cell remat: every W of every cell adds the
-  products of its projections (two per ffn layer) into the accumulators
-  at its own place, not one product per step."""
+@pytest.mark.parametrize('remat', [gpipe.RematPolicy.PER_CELL, gpipe.RematPolicy.NONE],
+                         ids=lambda r: r.name)
+def test_each_w_adds_its_own_micro_batch_products(remat):
+  """ZB-H1, K=2, M=4, per-cell remat or none (its I from the tape):
+  every W of every cell adds the products of its projections (two per
+  ffn layer) into the accumulators at its own place, not one product per
+  step."""
   layers, shape = models.FfnLayers()
-  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1)
+  pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1, remat=remat)
   projections = sum(len([v for v in cell.vars.Flatten() if v.shape.rank == 2])
                     for cell in pipe.cells)
   assert len(_WeightGradientUpdates(pipe, shape, 4)) == 4 * projections
