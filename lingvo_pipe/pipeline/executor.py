@@ -15,9 +15,10 @@ r*M + m of the whole batch (its dropout masks too).
   weight gradients go to the cell's CellGradients.
 - I runs the same backward split (remat.Decision.split): the projections'
   weight gradients are left as factor pairs for the micro-batch's W, which
-  multiplies them into the accumulators. Where the decision cannot defer
-  (remat PER_LAYER, one micro-batch, compiled cells), I is a B and its W
-  does nothing.
+  multiplies them into the accumulators; W's of one cell next to each
+  other on a device are one product (actions.WeightRuns). Where the
+  decision cannot defer (remat PER_LAYER, one micro-batch, compiled
+  cells), I is a B and its W does nothing.
 - REDUCE (replicas only: plan.Order puts it after the cell's last B or W
   on its device) reads the cell's step gradients in every replica and
   sums them over the replicas with a collective all-reduce
@@ -42,10 +43,12 @@ from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import all_reduce
+from lingvo_pipe.pipeline import cell_gradients
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 
 # The per-micro-batch loss: the last cell's outputs of one micro-batch (a
@@ -166,6 +169,7 @@ class Executor:
     self._decisions = plan.Decisions(self._num_micro) if training else {}
     self._thetas = [list(row) for row in thetas]
     self._order = plan.Order(self._num_micro)
+    self._weight_runs = actions.WeightRuns(plan.Actions(self._num_micro))
     self._forwards: Dict[Tuple[int, int, int], _Forward] = {}
     self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
     self._factors: Dict[Tuple[int, int, int], Any] = {}
@@ -331,8 +335,12 @@ class Executor:
       self.input_grads[r][m] = dx
 
   def _WeightBackward(self, r: int, c: int, m: int) -> None:
-    """W: the product of its I's factor pairs (nothing if the I was a B)."""
-    factors = self._factors.pop((r, c, m), None)
+    """W: the product of its run's factor pairs (nothing if its I's were
+    B's, or for a W after its run's first)."""
+    factors: cell_gradients.FactorPairs = {}
+    for micro in self._weight_runs[(c, m)]:
+      for i, pairs in self._factors.pop((r, c, micro), {}).items():
+        factors.setdefault(i, []).extend(pairs)
     if factors:
       with self._After(r, c):
         self._SetPrevious(r, c, self._runners[r][c].WeightBackward(factors))

@@ -71,15 +71,18 @@ def _WeightGradientUpdates(pipe, shape, m):
 @pytest.mark.parametrize('remat', [gpipe.RematPolicy.PER_CELL, gpipe.RematPolicy.NONE],
                          ids=lambda r: r.name)
 def test_each_w_adds_its_own_micro_batch_products(remat):
-  """ZB-H1, K=2, M=4, per-cell remat or none (its I from the tape):
-  every W of every cell adds the products of its projections (two per
-  ffn layer) into the accumulators at its own place, not one product per
-  step."""
+  """ZB-H1, K=2, M=4, per-cell remat or none: each W adds the products of
+  its cell's projections (two per ffn layer) into the accumulators at its
+  own place, not one product per step; cell 1's last two W's, next to
+  each other on its device (1W2,1W3), add one product."""
   layers, shape = models.FfnLayers()
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1, remat=remat)
-  projections = sum(len([v for v in cell.vars.Flatten() if v.shape.rank == 2])
-                    for cell in pipe.cells)
-  assert len(_WeightGradientUpdates(pipe, shape, 4)) == 4 * projections
+  assert schedule_text.Format(built_in.Build(ScheduleKind.ZB_H1, 2, 4)).splitlines()[1] == (
+      '1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F3,1I3,1W2,1W3')
+  projections = [len([v for v in cell.vars.Flatten() if v.shape.rank == 2])
+                 for cell in pipe.cells]
+  expected = 4 * projections[0] + 3 * projections[1]
+  assert len(_WeightGradientUpdates(pipe, shape, 4)) == expected
 
 
 def test_a_text_schedule_equals_the_built_in_one():
