@@ -107,7 +107,8 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
   """Per cell the median time of its forwards and of its backwards, and
   its device's WEIGHT_GRADIENTS time over the device's W actions (0
   without W actions), in microseconds; with `per_action` also each F's,
-  B's and I's own time (Costs.per_action: a replay of the step).
+  B's and I's own time (Costs.per_action: a replay of the step). An
+  action's time is Interval.work_us (an inlined one's kernel time).
 
   Raises:
     ValueError: if a cell has no forward or no backward in `intervals`.
@@ -118,11 +119,11 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
   times: Dict[actions.Action, float] = {}
   for i in intervals:
     if i.phase == Phase.FORWARD:
-      forwards.setdefault(i.cell, []).append(i.end_us - i.start_us)
-      times[actions.Action(actions.ActionKind.F, i.cell, i.micro_batch)] = i.end_us - i.start_us
+      forwards.setdefault(i.cell, []).append(i.work_us)
+      times[actions.Action(actions.ActionKind.F, i.cell, i.micro_batch)] = i.work_us
     elif i.phase in (Phase.RECOMPUTE, Phase.BACKWARD):
       key = (i.cell, i.micro_batch)
-      backwards[key] = backwards.get(key, 0.0) + i.end_us - i.start_us
+      backwards[key] = backwards.get(key, 0.0) + i.work_us
   per_cell: Dict[int, List[float]] = {}
   for (cell, _), duration in backwards.items():
     per_cell.setdefault(cell, []).append(duration)

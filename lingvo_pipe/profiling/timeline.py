@@ -82,13 +82,22 @@ class Phase(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """Cell `cell` on `device` runs `phase` of `micro_batch` in [start, end)."""
+  """Cell `cell` on `device` runs `phase` of `micro_batch` in [start, end),
+  its own kernels for `busy_us` of it (None: all of it). An inlined
+  (kept) action's interval can hold other actions' kernels: its own that
+  nothing waits for (bias gradients, accumulator additions) run late."""
   cell: int
   device: str
   micro_batch: int
   phase: Phase
   start_us: float
   end_us: float
+  busy_us: Optional[float] = None
+
+  @property
+  def work_us(self) -> float:
+    """How long the action ran: its kernels' time, else its interval."""
+    return self.end_us - self.start_us if self.busy_us is None else self.busy_us
 
 
 def Profile(step_fn: Callable[[], Any], logdir: str, warmup: int = 1) -> str:
@@ -320,20 +329,39 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
   def Us(ps: int) -> float:
     return (ps - origin_ps) / 1e6
 
+  def Busy(call: Call, start: int, end: int) -> Optional[float]:
+    """An inlined call's kernel time in [start, end) in microseconds
+    (None for a called function: its interval is its own)."""
+    return None if call.scope is None else _UnionPs(call, start, end) / 1e6
+
   out = []
   for (cell, m), call in zip(labels[0], forwards):
     start, end = call.Span()
-    out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end)))
+    out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end),
+                        Busy(call, start, end)))
   for (cell, m), call in zip(labels[1], backwards):
     start, end = call.Span()
     recomputed = [e.end_ps for name, e in call.Ops()
                   if name in forward_ops and not name.startswith('gradient_tape/')]
     if recomputed:
       split = max(recomputed)
-      out.append(Interval(cell, device, m, Phase.RECOMPUTE, Us(start), Us(split)))
+      out.append(Interval(cell, device, m, Phase.RECOMPUTE, Us(start), Us(split),
+                          Busy(call, start, split)))
       start = split
-    out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end)))
+    out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end),
+                        Busy(call, start, end)))
   return out
+
+
+def _UnionPs(call: Call, start: int, end: int) -> int:
+  """Picoseconds of [start, end) in which a kernel of `call` ran."""
+  total, reached = 0, start
+  for lo, hi in sorted((max(e.start_ps, start), min(e.end_ps, end)) for _, e in call.Ops()):
+    lo = max(lo, reached)
+    if hi > lo:
+      total += hi - lo
+      reached = hi
+  return total
 
 
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,

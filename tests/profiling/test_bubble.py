@@ -75,6 +75,25 @@ def test_measured_costs_are_per_cell_medians_and_w_per_device_action():
     bubble.MeasuredCosts([i for i in intervals if i.cell == 0], schedule)
 
 
+def test_an_inlined_action_costs_its_own_kernels_not_its_interval():
+  """A kept (inlined) backward whose last kernel ran late, beside the
+  device's next action: its interval is [10, 60), its kernels ran for
+  20 of it; a called function's interval is its time."""
+  Event = trace_calls.Event  # pylint: disable=invalid-name
+  process = Event(0, 100, 'ExecutorState::Process', {})
+  kernels = [Event(s, e, f'kept_backward/op{s}:MatMul', {}, process)
+             for s, e in ((10, 20), (15, 25), (55, 60))]
+  kept = trace_calls.Call((1, 0), 0, kernels, scope=trace_calls.KEPT_BACKWARD_SCOPE)
+  assert timeline._UnionPs(kept, 10, 60) == 20  # pylint: disable=protected-access
+  assert timeline._UnionPs(kept, 18, 58) == 10  # pylint: disable=protected-access
+  late = Interval(0, 'CPU:0', 0, Phase.BACKWARD, 10.0, 60.0, busy_us=20.0)
+  assert late.work_us == 20.0
+  assert Interval(0, 'CPU:0', 0, Phase.BACKWARD, 10.0, 60.0).work_us == 50.0
+  schedule = built_in.Build(built_in.ScheduleKind.GPIPE, 1, 1)
+  forward = Interval(0, 'CPU:0', 0, Phase.FORWARD, 0.0, 8.0)
+  assert bubble.MeasuredCosts([forward, late], schedule).backward == [20.0]
+
+
 def test_weight_gradient_runs_split_at_the_device_s_cell_calls():
   """A scope's kernels form one interval per run between two cell calls."""
   call = trace_calls.Call((1, 0), 0, [trace_calls.Event(s, e, 'w', {}) for s, e in
