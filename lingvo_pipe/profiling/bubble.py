@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import actions
-from lingvo_pipe.profiling.timeline import Interval, Phase
+from lingvo_pipe.profiling.timeline import Interval, Phase, Union
 
 
 def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
@@ -36,7 +36,7 @@ def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
     by_device.setdefault(i.device, []).append((i.start_us, i.end_us))
   fractions = {}
   for device, spans in sorted(by_device.items()):
-    busy = sum(hi - lo for lo, hi in _Union(spans))
+    busy = sum(hi - lo for lo, hi in Union(spans))
     fractions[device] = busy / span if span > 0 else 1.0
   return fractions
 
@@ -53,10 +53,10 @@ def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
   """The share of the step (first interval's start to last interval's
   end) when some device runs an ALL_REDUCE and no device computes: the
   replicas' reduction that nothing hides. 0 without replicas."""
-  reduce = _Union([(i.start_us, i.end_us) for i in intervals if i.phase == Phase.ALL_REDUCE])
+  reduce = Union([(i.start_us, i.end_us) for i in intervals if i.phase == Phase.ALL_REDUCE])
   if not reduce:
     return 0.0
-  compute = _Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
+  compute = Union([(i.start_us, i.end_us) for i in intervals if i.phase != Phase.ALL_REDUCE])
   alone = sum(hi - lo for lo, hi in reduce) - sum(
       max(0.0, min(hi, b) - max(lo, a)) for lo, hi in reduce for a, b in compute)
   span = _Span(intervals)
@@ -66,17 +66,6 @@ def UnoverlappedAllReduceShare(intervals: Sequence[Interval]) -> float:
 def _Span(intervals: Sequence[Interval]) -> float:
   """From the first interval's start to the last interval's end."""
   return max(i.end_us for i in intervals) - min(i.start_us for i in intervals)
-
-
-def _Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
-  """Disjoint spans covering exactly `spans`, sorted."""
-  out: List[Tuple[float, float]] = []
-  for lo, hi in sorted(spans):
-    if out and lo <= out[-1][1]:
-      out[-1] = (out[-1][0], max(out[-1][1], hi))
-    else:
-      out.append((lo, hi))
-  return out
 
 
 def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:

@@ -353,15 +353,21 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
   return out
 
 
-def _UnionPs(call: Call, start: int, end: int) -> int:
+def _UnionPs(call: Call, start: int, end: int) -> float:
   """Picoseconds of [start, end) in which a kernel of `call` ran."""
-  total, reached = 0, start
-  for lo, hi in sorted((max(e.start_ps, start), min(e.end_ps, end)) for _, e in call.Ops()):
-    lo = max(lo, reached)
-    if hi > lo:
-      total += hi - lo
-      reached = hi
-  return total
+  clipped = [(max(e.start_ps, start), min(e.end_ps, end)) for _, e in call.Ops()]
+  return sum(hi - lo for lo, hi in Union([(lo, hi) for lo, hi in clipped if hi > lo]))
+
+
+def Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+  """Disjoint spans covering exactly `spans`, sorted."""
+  out: List[Tuple[float, float]] = []
+  for lo, hi in sorted(spans):
+    if out and lo <= out[-1][1]:
+      out[-1] = (out[-1][0], max(out[-1][1], hi))
+    else:
+      out.append((lo, hi))
+  return out
 
 
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
