@@ -1,38 +1,40 @@
-"""The executor as one tf.while_loop over clocks: any schedule, every replica, a graph that does not grow with M.
+"""The executor as one tf.while_loop per device: any schedule, every replica, a graph that does not grow with M.
 
-Per clock of loop_tables each device of each replica runs a tf.switch_case
-over its cells' F, X (B or I), W and KEPT branches, and beside it one over
-its cells' W's for a W the tables put in the same clock: a few calls per
-cell whatever M is. A lane is one cell of one replica (lane r*C + c); replica r
-reads its own copy of the variables on its own devices.
+Each device of each replica runs its own loop over its actions
+(loop_tables), on its own device: per iteration a tf.switch_case over its
+cells' F, X (B or I), W and KEPT branches. Devices meet only where data
+passes: a forward puts its outputs in a FIFO queue on the next cell's
+device, whose forward takes them from it; a backward puts its input
+gradients in one on the previous cell's device. So no device waits for
+another's iteration (as one loop over clocks for all devices would: each
+clock then as long as its longest action, and every tensor a device reads
+crossing devices through the loop's frame every clock). The queues are
+the step's own (created in its graph, drained at its start, so a step
+that failed halfway leaves nothing behind).
 
-Arrays per lane carry what crosses between clocks (loop_tables' rings):
-activations, gradients, the last cell's outputs and loss gradients, the
-input gradients, and each micro-batch's deferred factor pairs, packed in
-a vector per dtype (every loop variable costs ops in every clock). Every
-array is written every clock (an unset tensor at a spare slot if nothing
-is due): no write needs a condition; reads see the arrays as at the
-clock's start. Weight gradients add into the cells' accumulators
-(CellGradients.StartLoopStep, then ZeroAccumulators once a probe says
-which weights defer wholly). A B's factor pairs leave the loop for one
-product per weight after it; an I's wait in their array for its W.
-
-With replicas the clocks after the forwards run as one loop per span
-between REDUCE clocks (loop_tables.ReduceClocks): after each span its
-finished cells are all-reduced while the next span's loop runs the cells
-still working, as the unrolled REDUCE does. A span's loop leaves out the
-devices and branches it never runs.
+What a device keeps between its iterations are its loop's arrays (each
+written every iteration, to a spare slot when nothing is due: no write
+needs a condition): its cells' inputs for their backwards' recomputation
+and the last cell's loss gradients in rings (loop_tables), the last
+cell's outputs, the input gradients, each micro-batch's deferred factor
+pairs packed in a vector per dtype, and statistics and loss sums. Weight
+gradients add into the cells' accumulators (CellGradients.StartLoopStep,
+then ZeroAccumulators once a probe says which weights defer wholly). A
+B's factor pairs leave the loop for one product per weight after it; an
+I's wait in their array for its W.
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
 loss inside (Run) the last cell's F also computes its micro-batch's loss
-and output gradients, the loss function traced once; with the loss
-outside (Forwards, then Backwards) the step is two loops, the forwards'
-clocks and then the rest.
+and output gradients; with the loss outside (Forwards, then Backwards)
+each device runs two loops, its forwards and then the rest. With replicas
+a cell's gradients are all-reduced once its devices' loops end, while
+other devices' loops still run.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+import itertools
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -48,9 +50,11 @@ from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
 
+_QUEUE_IDS = itertools.count()
+
 
 class LoopExecutor:
-  """A step of a plan's actions as one loop over clocks (module docstring).
+  """A step of a plan's actions as one loop per device (module docstring).
 
   Args:
     plan: the pipeline's Plan.
@@ -84,10 +88,6 @@ class LoopExecutor:
         record=False, inline=False, per_layer=plan.policy == remat.RematPolicy.PER_LAYER,
         defer=defer, split=defer and split) for split in tables.split]
     self._kept_decision = dataclasses.replace(kept, split=kept.defer and tables.split[-1])
-    self._branches = tf.constant(tables.branches)
-    self._micro = tf.constant(tables.micro)
-    self._w_branches = tf.constant(tables.w_branches)
-    self._w_micro = tf.constant(tables.w_micro)
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
                             for r, row in enumerate(self._runners)]
@@ -100,18 +100,18 @@ class LoopExecutor:
       for runner in row:
         runner.gradients.StartLoopStep(num_micro)
     self._layouts = loop_probes.FactorLayouts(
-        self._runners, self._MicroTheta, [self._input_struct] + self._out_structs[:-1],
+        self._runners, lambda r, c, m: self._MicroTheta(self._thetas[r][c], r, m),
+        [self._input_struct] + self._out_structs[:-1],
         self._out_structs, self._decisions, tables.split, num_micro)
     self._factor_specs = [loop_probes.PackedSpecs(cell) for cell in self._layouts]
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
-    self._state = loop_arrays.InitialState(
-        [[r.device for r in row] for row in self._runners], tables.rings, num_micro,
-        self._out_specs, self._upd_specs, self._in_specs[0], self._factor_specs,
-        self._loss_spec)
+    self._queues = [self._Queues(r) for r in range(self._num_replicas)]
+    # [replica][device] what the device's loop carries.
+    self._state = [[self._InitialState(r, d) for d in range(len(tables.devices))]
+                   for r in range(self._num_replicas)]
     self._updates: Optional[List[NestedMap]] = None
-    self._reduced: Dict[int, List[List[Any]]] = {}  # cell -> [replica] its sums
 
   # --- phases ----------------------------------------------------------------
 
@@ -119,277 +119,365 @@ class LoopExecutor:
     """Per cell its statistics summed over micro-batches and replicas on
     its variable device (after Forwards or Run)."""
     if self._updates is None:
-      per_replica = [[tf.nest.pack_sequence_as(self._update_structs[c],
-                                               self._state['sums'][r * self._num_cells + c])
+      per_replica = [[tf.nest.pack_sequence_as(self._update_structs[c], self._Lane(r, c, 'sums'))
                       for c in range(self._num_cells)] for r in range(self._num_replicas)]
       self._updates = executor.SumUpdatesOverReplicas(per_replica, self._plan.devices)
     return self._updates
 
   def Run(self) -> executor.StepResult:
-    """Every clock, the loss inside: the StepResult."""
-    self._state = self._Spans(0, self._state)
+    """Every action, the loss inside: the StepResult."""
+    self._Loops(0, None)
     return self._Result()
 
   def Forwards(self) -> List[List[tuple]]:
-    """The forwards' clocks (the loss outside): [replica][micro-batch] the
-    last cell's outputs."""
-    if self._tables.forward_clocks is None:  # FProp checked plan.ForwardsFirst
+    """Each device's forwards (the loss outside): [replica][micro-batch]
+    the last cell's outputs."""
+    if not self._tables.forwards_first:  # FProp checked plan.ForwardsFirst
       raise ValueError('Forwards needs every forward before any backward.')
-    self._state = self._Loop(0, self._tables.forward_clocks, self._state)
+    self._Loops(0, [t.num_forwards for t in self._tables.devices])
     return self._LastOutputs()
 
   def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
-    """The remaining clocks, from [replica][micro-batch] the gradients of the
-    last cell's flat outputs."""
-    state = dict(self._state)
-    dys = []
+    """The remaining actions, from [replica][micro-batch] the gradients of
+    the last cell's flat outputs."""
+    d = self._tables.DeviceOf(self._num_cells - 1)
     for r, per_micro in enumerate(output_grads):
+      state = self._state[r][d]
       with tf.device(self._runners[r][-1].device):
-        dys.append([a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
-                    for a, column in zip(state['dys'][r], zip(*per_micro))])
-    state['dys'] = dys
-    self._state = self._Spans(self._tables.forward_clocks or 0, state)
+        state['dys'] = [a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
+                        for a, column in zip(state['dys'], zip(*per_micro))]
+    self._Loops([t.num_forwards for t in self._tables.devices], None)
     return self._Result()
 
   # --- setup -----------------------------------------------------------------
 
-  def _MicroTheta(self, r: int, c: int, m: tf.Tensor) -> NestedMap:
-    theta = self._thetas[r][c]
+  def _MicroTheta(self, theta: NestedMap, r: int, m: tf.Tensor) -> NestedMap:
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
     return theta if seed is None else base_layer.WithStepSeed(theta, seed)
 
-  # --- the loop ----------------------------------------------------------------
+  def _Queues(self, r: int) -> Dict[str, List[Tuple[Any, Any]]]:
+    """Replica r's queues per boundary j, each as (producer's, consumer's):
+    'acts' (cell j's outputs, on cell j+1's device) and 'grads' (their
+    gradients, on cell j's device).
 
-  def _Spans(self, start: int, state: Dict[str, Any]) -> Dict[str, Any]:
-    """The clocks from `start` on; with replicas one loop per span between
-    REDUCE clocks, each finished cell all-reduced after its span."""
-    end = self._tables.num_clocks
-    ends = self._tables.ReduceClocks() if self._num_replicas > 1 else {}
-    for stop in sorted({e for e in ends.values() if start < e < end} | {end}):
-      state = self._Loop(start, stop, state)
-      for c in sorted((c for c, e in ends.items() if start < e <= stop), reverse=True):
-        self._reduced[c] = executor.SumCellOverReplicas(
-            [self._CellGradients(state, r, c) for r in range(self._num_replicas)],
-            self._plan.replica_devices, c)
-      start = stop
+    Each queue is a resource of the step's graph on its device (the op,
+    not tf.queue.FIFOQueue: an eager queue on CPU:0 that lives as long as
+    its Python object), drained of what a failed step left before either
+    side uses it. Producer and consumer hold handles of their own: the
+    function's automatic control dependencies order the ops of one
+    handle, and would run the consumer's loop only after the producer's.
+    """
+    queues: Dict[str, List[Tuple[Any, Any]]] = dict(acts=[], grads=[])
+    for j in range(self._num_cells - 1):
+      specs = self._out_specs[j]
+      dtypes, shapes = [s.dtype for s in specs], [s.shape for s in specs]
+      for key, cell in (('acts', j + 1), ('grads', j)):
+        name = f'lingvo_pipe_loop_{next(_QUEUE_IDS)}'
+
+        def Handle():
+          return tf.queue.QueueBase(dtypes, shapes, None, tf.raw_ops.FIFOQueueV2(
+              component_types=dtypes, shapes=shapes, capacity=self._num_micro,
+              shared_name=name))
+
+        with tf.device(self._runners[r][cell].device):
+          producer = Handle()
+          drained = producer.dequeue_many(producer.size())
+          with tf.control_dependencies(tf.nest.flatten(drained)):
+            queues[key].append((producer, Handle()))
+    return queues
+
+  def _InDepth(self, c: int) -> int:
+    """The depth of the ring of cell c's inputs (cell 0's, unread, 1)."""
+    return max(self._tables.input_rings[c], 1)
+
+  def _InitialState(self, r: int, d: int) -> Dict[str, Any]:
+    """Device d of replica r: per cell on it ('ins', 'factors', 'sums'),
+    and for the last or first cell if there ('outs', 'dys', 'loss';
+    'd_inputs')."""
+    tables, last = self._tables, self._num_cells - 1
+    cells = tables.devices[d].cells
+    with tf.device(self._runners[r][cells[0]].device):
+      state: Dict[str, Any] = dict(
+          ins=[loop_arrays.Arrays(self._in_specs[c], self._InDepth(c) + 1) for c in cells],
+          factors=[loop_arrays.Arrays(self._factor_specs[c], self._num_micro + 1)
+                   for c in cells],
+          sums=[loop_arrays.Zeros(self._upd_specs[c]) for c in cells])
+      if last in cells:
+        depth = tables.loss_gradients if self._loss_fn else self._num_micro
+        state.update(outs=loop_arrays.Arrays(self._out_specs[last], self._num_micro + 1),
+                     dys=loop_arrays.Arrays(self._out_specs[last], depth + 1),
+                     loss=[tf.zeros([], self._loss_spec.dtype)] if self._loss_spec else [])
+      if 0 in cells:
+        state['d_inputs'] = loop_arrays.Arrays(self._in_specs[0], self._num_micro + 1)
     return state
 
-  def _Loop(self, start: int, end: int, state: Dict[str, Any]) -> Dict[str, Any]:
-    tables = self._tables
-    slots = tf.nest.map_structure(tf.constant, tables.WriteSlots())
-    # Branches that the span never picks are idle ones (a finished cell's
-    # backward is not traced again), and so are devices it never uses.
-    used = tables.Picks(tables.branches, start, end)
-    w_used = tables.Picks(tables.w_branches, start, end)
-    active, w_active = (sorted({d for d, _ in picks}) for picks in (used, w_used))
+  # --- the loops ---------------------------------------------------------------
 
-    def Body(t, state):
-      new = {key: list(value) for key, value in state.items()}
-      done = []
-      for r in range(self._num_replicas):
-        for d in active:
-          cells = tables.cells_on[d]
-          pieces = self._DeviceClock(r, d, cells, t, state, used)
-          for place, c in enumerate(cells):
-            self._Write(r, c, t, pieces[2 * place], pieces[2 * place + 1], state,
-                        new, slots)
-        for d in w_active:
-          done.append(self._DeviceW(r, d, tables.cells_on[d], t, state, w_used))
-      with tf.control_dependencies(done):
-        return t + 1, new
+  def _Loops(self, starts: Any, ends: Optional[List[int]]) -> None:
+    """Each device's loop over its actions [starts[d], ends[d]) (0 and None
+    for all: from the first, to the last), all replicas; then, with
+    replicas, each finished device's cells' all-reduce."""
+    for r in range(self._num_replicas):
+      for d, table in enumerate(self._tables.devices):
+        start = starts if isinstance(starts, int) else starts[d]
+        end = len(table.branches) if ends is None else ends[d]
+        if start < end:
+          self._state[r][d] = self._Loop(r, d, start, end)
 
-    _, state = tf.while_loop(lambda t, _: t < end, Body, (tf.constant(start), state))
+  def _Loop(self, r: int, d: int, start: int, end: int) -> Dict[str, Any]:
+    table = self._tables.devices[d]
+    used = sorted(set(table.branches[start:end].tolist()))
+    with tf.device(self._runners[r][table.cells[0]].device):
+      # The loop's own handles of its cells' thetas: a loop variable
+      # enters the loop on its source's device, and a theta can come
+      # from elsewhere (an identity without a device), then crossing
+      # devices every iteration.
+      thetas = {c: tf.nest.map_structure(tf.identity, self._thetas[r][c])
+                for c in table.cells}
+      branches = tf.constant([used.index(b) for b in table.branches[start:end]])
+      micro = tf.constant(table.micro[start:end])
+      slots = {key: [tf.constant(s[start:end]) for s in per_cell]
+               for key, per_cell in self._WriteSlots(table).items()}
+
+      def Body(i, token, state):
+        with tf.control_dependencies([token]):
+          index, m = tf.gather(branches, i), tf.gather(micro, i)
+        idle = self._Idle(table.cells)
+        fns = [self._Branch(r, d, b, m, thetas, state, idle) for b in used]
+        flat = tf.switch_case(index, fns)
+        with tf.control_dependencies(flat):
+          token = tf.identity(i)
+        return i + 1, token, self._Written(r, d, i, self._Unflatten(flat, idle), state,
+                                           slots)
+
+      _, _, state = tf.while_loop(lambda i, *_: i < end - start, Body,
+                                  (tf.constant(0), tf.constant(0), self._state[r][d]))
     return state
 
-  def _Idle(self, c: int) -> List[List[tf.Tensor]]:
-    """Cell c's forward and backward pieces when it runs nothing: zeros
-    where summed (statistics, loss), else unset (loop_arrays.Unset)."""
-    forward = loop_arrays.Unset(self._out_specs[c]) + loop_arrays.Zeros(self._upd_specs[c])
-    if c == self._num_cells - 1 and self._loss_fn:
-      forward += loop_arrays.Zeros([self._loss_spec]) + loop_arrays.Unset(self._out_specs[c])
-    return [forward, loop_arrays.Unset(self._in_specs[c] + self._factor_specs[c])]
+  def _WriteSlots(self, table: loop_tables.DeviceTable) -> Dict[str, List[Any]]:
+    """Per array the slot each action writes (DeviceTable.Slots)."""
+    tables, num_micro, last = self._tables, self._num_micro, self._num_cells - 1
+    slots: Dict[str, List[Any]] = dict(
+        ins=[table.Slots(F, c, self._InDepth(c), num_micro) for c in table.cells],
+        factors=[table.Slots(X, c, num_micro, num_micro) for c in table.cells])
+    if last in table.cells:
+      depth = tables.loss_gradients if self._loss_fn else num_micro
+      slots.update(outs=[table.Slots(F, last, num_micro, num_micro)],
+                   dys=[table.Slots(F, last, depth, num_micro)])
+    if 0 in table.cells:
+      slots['d_inputs'] = [table.Slots(X, 0, num_micro, num_micro)]
+    return slots
 
-  def _DeviceClock(self, r: int, d: int, cells: List[int], t: tf.Tensor,
-                   state: Dict[str, Any], used: Set[Tuple[int, int]]
-                   ) -> List[List[tf.Tensor]]:
-    """What device d of replica r runs at clock t: a switch_case over its
-    cells' branches, those not in `used` (device, branch) idle. Returns its
-    pieces, forward and backward per cell."""
-    with tf.device(self._runners[r][cells[0]].device):
-      index = tf.gather(self._branches[t], d)
-      m = tf.gather(self._micro[t], d)
-      idle = [piece for c in cells for piece in self._Idle(c)]
+  def _Idle(self, cells: List[int]) -> List[Dict[str, List[tf.Tensor]]]:
+    """Per cell on a device, what its branch yields when it runs nothing:
+    zeros where summed (statistics, loss), else unset (loop_arrays.Unset)."""
+    last = self._num_cells - 1
+    idle = []
+    for c in cells:
+      pieces = dict(ins=loop_arrays.Unset(self._in_specs[c]),
+                    factors=loop_arrays.Unset(self._factor_specs[c]),
+                    sums=loop_arrays.Zeros(self._upd_specs[c]))
+      if c == last:
+        pieces.update(outs=loop_arrays.Unset(self._out_specs[c]),
+                      dys=loop_arrays.Unset(self._out_specs[c]) if self._loss_fn else [],
+                      loss=loop_arrays.Zeros([self._loss_spec]) if self._loss_spec else [])
+      if c == 0:
+        pieces['d_inputs'] = loop_arrays.Unset(self._in_specs[0])
+      idle.append(pieces)
+    return idle
 
-      def Branch(place, kind):
-        def Fn():
-          pieces = list(idle)
-          if place is not None:
-            c = cells[place]
-            if kind == F:
-              pieces[2 * place] = self._Forward(r, c, m, state)
-            elif kind == X:
-              pieces[2 * place + 1] = self._Backward(r, c, m, state)
-            elif kind == W:
-              self._WeightBackward(r, c, m, state)
-            else:
-              pieces[2 * place], pieces[2 * place + 1] = self._Kept(r, m, state)
-          return [x for piece in pieces for x in piece]
-        return Fn
+  @staticmethod
+  def _Flatten(pieces: List[Dict[str, List[tf.Tensor]]]) -> List[tf.Tensor]:
+    return [x for cell in pieces for key in sorted(cell) for x in cell[key]]
 
-      fns = [Branch(None, None)] + [
-          Branch(i, kind) if (d, 1 + KINDS * i + kind) in used else Branch(None, None)
-          for i in range(len(cells)) for kind in range(KINDS)]
-      flat = tf.switch_case(index, fns)
-    pieces, start = [], 0
-    for piece in idle:
-      pieces.append(flat[start:start + len(piece)])
-      start += len(piece)
-    return pieces
+  @staticmethod
+  def _Unflatten(flat: List[tf.Tensor], like: List[Dict[str, List[tf.Tensor]]]
+                 ) -> List[Dict[str, List[tf.Tensor]]]:
+    out, start = [], 0
+    for cell in like:
+      pieces = {}
+      for key in sorted(cell):
+        pieces[key] = list(flat[start:start + len(cell[key])])
+        start += len(cell[key])
+      out.append(pieces)
+    return out
 
-  def _DeviceW(self, r: int, d: int, cells: List[int], t: tf.Tensor,
-               state: Dict[str, Any], w_used: Set[Tuple[int, int]]) -> tf.Tensor:
-    """The W that device d of replica r runs beside its action at clock t
-    (loop_tables' w_branches): a switch_case over its cells' W's."""
-    with tf.device(self._runners[r][cells[0]].device):
-      m = tf.gather(self._w_micro[t], d)
+  def _Branch(self, r: int, d: int, branch: int, m: tf.Tensor, thetas: Dict[int, NestedMap],
+              state: Dict[str, Any], idle: List[Dict[str, List[tf.Tensor]]]):
+    """The function of `branch` (loop_tables' index) on device d of
+    replica r: its cell's action on micro-batch m; flat pieces as idle's,
+    after its queue writes and weight updates."""
+    place, kind = divmod(branch - 1, KINDS)
+    c = self._tables.devices[d].cells[place]
+    theta = self._MicroTheta(thetas[c], r, m)
 
-      def Branch(branch):
-        def Fn():
-          if (d, branch) in w_used:
-            self._WeightBackward(r, cells[branch - 1], m, state)
-          return tf.constant(0)
-        return Fn
+    def Fn():
+      pieces = [dict(p) for p in idle]
+      runner = self._runners[r][c]
+      with tf.device(runner.device):
+        if kind == F:
+          done = self._Forward(r, c, m, theta, pieces[place])
+        elif kind == X:
+          done = self._Backward(r, c, m, theta, place, state, pieces[place])
+        elif kind == W:
+          done = runner.WeightBackward(loop_probes.Pairs(
+              [a.read(m) for a in state['factors'][place]], self._layouts[c]))
+        else:
+          done = self._Kept(r, m, theta, pieces[place])
+        with tf.control_dependencies(done):
+          return [tf.identity(x) for x in self._Flatten(pieces)]
+    return Fn
 
-      return tf.switch_case(tf.gather(self._w_branches[t], d),
-                            [Branch(b) for b in range(1 + len(cells))])
+  def _Forward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap,
+               pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
+    """F: cell c's outputs on to the next cell (or, the last, kept with
+    its loss and output gradients); its inputs kept for its backward."""
+    x = self._Inputs(r, c, m, pieces)
+    out, upd, _ = self._runners[r][c].Forward(theta, x)
+    pieces['sums'] = tf.nest.flatten(upd)
+    return self._Outputs(r, c, out, pieces)
 
-  def _Inputs(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> tuple:
-    """Cell c's inputs of micro-batch m: the pipeline's for cell 0, else
-    cell c-1's outputs from their ring."""
+  def _Outputs(self, r: int, c: int, out: tuple, pieces: Dict[str, List[tf.Tensor]]
+               ) -> List[Any]:
+    if c < self._num_cells - 1:
+      return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
+    pieces['outs'] = tf.nest.flatten(out)
+    if self._loss_fn:
+      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
+      pieces['loss'], pieces['dys'] = [micro_loss], dy
+    return []
+
+  def _Inputs(self, r: int, c: int, m: tf.Tensor, pieces: Dict[str, List[tf.Tensor]]
+              ) -> tuple:
+    """A forward's inputs: the pipeline's for cell 0, else from the queue
+    (into its piece of the ring)."""
     if c == 0:
       flat = [tf.gather(x, m) for x in self._stacked_inputs[r]]
-      return tf.nest.pack_sequence_as(self._input_struct, flat)
-    slot = m % self._tables.rings.activations[c - 1]
-    lane = r * self._num_cells + c - 1
-    return tf.nest.pack_sequence_as(self._out_structs[c - 1],
-                                    [a.read(slot) for a in state['acts'][lane]])
+    else:
+      flat = self._queues[r]['acts'][c - 1][1].dequeue()
+      flat = list(flat) if isinstance(flat, (list, tuple)) else [flat]
+      pieces['ins'] = flat
+    return tf.nest.pack_sequence_as(self._in_struct(c), flat)
 
-  def _Forward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> List[tf.Tensor]:
-    runner = self._runners[r][c]
-    with tf.device(runner.device):
-      out, upd, _ = runner.Forward(self._MicroTheta(r, c, m), self._Inputs(r, c, m, state))
-      result = tf.nest.flatten(out) + tf.nest.flatten(upd)
-      if c == self._num_cells - 1 and self._loss_fn:
-        micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
-        result += [micro_loss] + dy
-      return result
+  def _in_struct(self, c: int) -> Any:
+    return self._input_struct if c == 0 else self._out_structs[c - 1]
 
-  def _Backward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> List[tf.Tensor]:
-    """X: the flat input gradients, then the deferred factors, flat."""
-    runner = self._runners[r][c]
-    with tf.device(runner.device):
-      x = self._Inputs(r, c, m, state)
-      if c == self._num_cells - 1:
-        depth = self._tables.rings.loss_gradients if self._loss_fn else self._num_micro
-        ring = state['dys'][r]
-      else:
-        depth, ring = self._tables.rings.gradients[c], state['grads'][r * self._num_cells + c]
-      dy = tf.nest.pack_sequence_as(self._out_structs[c], [a.read(m % depth) for a in ring])
-      dx = runner.Backward(self._MicroTheta(r, c, m), x, dy, self._decisions[c],
-                           self._num_micro)
-      return loop_probes.FlatBackward(
-          x, dx, runner.gradients, self._tables.split[c], self._layouts[c])
+  def _Backward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap, place: int,
+                state: Dict[str, Any], pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
+    """X: from the ring of cell c's inputs and its output gradients (the
+    loss's from their ring, or the next cell's from the queue), its input
+    gradients on (queue, or d_inputs for cell 0) and its factors kept."""
+    runner, last = self._runners[r][c], self._num_cells - 1
+    if c == 0:
+      x = tf.nest.pack_sequence_as(self._input_struct,
+                                   [tf.gather(a, m) for a in self._stacked_inputs[r]])
+    else:
+      slot = m % self._InDepth(c)
+      x = tf.nest.pack_sequence_as(self._in_struct(c),
+                                   [a.read(slot) for a in state['ins'][place]])
+    if c == last:
+      depth = self._tables.loss_gradients if self._loss_fn else self._num_micro
+      flat_dy = [a.read(m % depth) for a in state['dys']]
+    else:
+      flat_dy = self._queues[r]['grads'][c][1].dequeue()
+      flat_dy = list(flat_dy) if isinstance(flat_dy, (list, tuple)) else [flat_dy]
+    dy = tf.nest.pack_sequence_as(self._out_structs[c], flat_dy)
+    dx = runner.Backward(theta, x, dy, self._decisions[c], self._num_micro)
+    return self._InputGrads(r, c, x, dx, pieces)
 
-  def _Kept(self, r: int, m: tf.Tensor, state: Dict[str, Any]
-            ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+  def _InputGrads(self, r: int, c: int, x: tuple, dx: List[Any],
+                  pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
+    flat = loop_probes.FlatBackward(x, dx, self._runners[r][c].gradients,
+                                    self._tables.split[c], self._layouts[c])
+    num_in = len(self._in_specs[c])
+    pieces['factors'] = flat[num_in:]
+    if c == 0:
+      pieces['d_inputs'] = flat[:num_in]
+      return []
+    return [self._queues[r]['grads'][c - 1][0].enqueue(flat[:num_in])]
+
+  def _Kept(self, r: int, m: tf.Tensor, theta: NestedMap,
+            pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
     """The last cell's forward of micro-batch m recorded, its loss, and its
     backward from the record."""
     c = self._num_cells - 1
     runner = self._runners[r][c]
-    with tf.device(runner.device):
-      x = self._Inputs(r, c, m, state)
-      out, upd, recording = runner.Forward(self._MicroTheta(r, c, m), x,
-                                           self._kept_decision, self._num_micro)
-      assert self._loss_fn is not None and recording is not None  # KEPT's premises
-      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
-      dx = runner.BackwardFromTape(recording, x, out, tf.nest.pack_sequence_as(out, dy))
-      forward = tf.nest.flatten(out) + tf.nest.flatten(upd) + [micro_loss] + dy
-      return forward, loop_probes.FlatBackward(
-          x, dx, runner.gradients, self._tables.split[c], self._layouts[c])
+    x = self._Inputs(r, c, m, pieces)
+    out, upd, recording = runner.Forward(theta, x,
+                                         self._kept_decision, self._num_micro)
+    assert self._loss_fn is not None and recording is not None  # KEPT's premises
+    pieces['sums'] = tf.nest.flatten(upd)
+    self._Outputs(r, c, out, pieces)
+    dx = runner.BackwardFromTape(recording, x, out,
+                                 tf.nest.pack_sequence_as(out, pieces['dys']))
+    return self._InputGrads(r, c, x, dx, pieces)
 
-  def _WeightBackward(self, r: int, c: int, m: tf.Tensor, state: Dict[str, Any]) -> None:
-    """W: the product of micro-batch m's factor pairs, from its I's array."""
-    runner = self._runners[r][c]
-    with tf.device(runner.device):
-      runner.WeightBackward(loop_probes.Pairs(
-          [a.read(m) for a in state['factors'][r * self._num_cells + c]], self._layouts[c]))
-
-  def _Write(self, r: int, c: int, t: tf.Tensor, forward: List[tf.Tensor],
-             backward: List[tf.Tensor], state: Dict[str, Any], new: Dict[str, Any],
-             slots: Dict[str, Any]) -> None:
-    """Writes lane (r, c)'s pieces of clock t into the new state."""
-    lane, last = r * self._num_cells + c, self._num_cells - 1
-    with tf.device(self._runners[r][c].device):
-      num_in = len(self._in_specs[c])
-      dx, factors = backward[:num_in], backward[num_in:]
-      new['factors'][lane] = [a.write(slots['factors'][c][t], f)
-                              for a, f in zip(state['factors'][lane], factors)]
-      num_out, num_upd = len(self._out_specs[c]), len(self._upd_specs[c])
-      y, upd = forward[:num_out], forward[num_out:num_out + num_upd]
-      new['sums'][lane] = [s + u for s, u in zip(state['sums'][lane], upd)]
-      if c < last:
-        new['acts'][lane] = [a.write(slots['acts'][c][t], x)
-                             for a, x in zip(state['acts'][lane], y)]
-      else:
-        new['outs'][r] = [a.write(slots['outs'][t], x) for a, x in zip(state['outs'][r], y)]
-        if self._loss_fn:
-          rest = forward[num_out + num_upd:]
-          new['losses'][r] = state['losses'][r] + rest[0]
-          new['dys'][r] = [a.write(slots['dys'][t], x)
-                           for a, x in zip(state['dys'][r], rest[1:])]
-      if c > 0:
-        new['grads'][lane - 1] = [a.write(slots['grads'][c - 1][t], g)
-                                  for a, g in zip(state['grads'][lane - 1], dx)]
-      else:
-        new['d_inputs'][r] = [a.write(slots['d_inputs'][t], g)
-                              for a, g in zip(state['d_inputs'][r], dx)]
+  def _Written(self, r: int, d: int, i: tf.Tensor, pieces: List[Dict[str, List[tf.Tensor]]],
+               state: Dict[str, Any], slots: Dict[str, List[tf.Tensor]]) -> Dict[str, Any]:
+    """Device d's state after writing an iteration's pieces."""
+    new = dict(state)
+    for key in ('ins', 'factors'):
+      new[key] = [[a.write(tf.gather(slots[key][place], i), x)
+                   for a, x in zip(state[key][place], cell[key])]
+                  for place, cell in enumerate(pieces)]
+    new['sums'] = [[s + u for s, u in zip(state['sums'][place], cell['sums'])]
+                   for place, cell in enumerate(pieces)]
+    for place, cell in enumerate(pieces):
+      for key in ('outs', 'dys', 'd_inputs'):
+        if key in cell and cell[key]:
+          new[key] = [a.write(tf.gather(slots[key][0], i), x)
+                      for a, x in zip(state[key], cell[key])]
+      if cell.get('loss'):
+        new['loss'] = [state['loss'][0] + cell['loss'][0]]
+    return new
 
   # --- results -------------------------------------------------------------
+
+  def _Lane(self, r: int, c: int, key: str) -> Any:
+    """Cell c's entry `key` of replica r's state."""
+    d = self._tables.DeviceOf(c)
+    return self._state[r][d][key][self._tables.devices[d].cells.index(c)]
+
+  def _LastState(self, r: int) -> Dict[str, Any]:
+    return self._state[r][self._tables.DeviceOf(self._num_cells - 1)]
 
   def _LastOutputs(self) -> List[List[tuple]]:
     per_replica = []
     for r, row in enumerate(self._runners):
       with tf.device(row[-1].device):
-        columns = [loop_arrays.Unstacked(a, self._num_micro) for a in self._state['outs'][r]]
+        columns = [loop_arrays.Unstacked(a, self._num_micro) for a in self._LastState(r)['outs']]
         per_replica.append([tuple(tf.nest.pack_sequence_as(self._out_structs[-1], list(f)))
                             for f in zip(*columns)])
     return per_replica
 
   def _Result(self) -> executor.StepResult:
-    state = self._state
-    cells = range(self._num_cells)
-    grads = ([[self._reduced[c][r] for c in cells] for r in range(self._num_replicas)]
-             if self._num_replicas > 1 else [[self._CellGradients(state, 0, c) for c in cells]])
+    cells, replicas = range(self._num_cells), range(self._num_replicas)
+    grads = [[self._CellGradients(r, c) for c in cells] for r in replicas]
+    if self._num_replicas > 1:
+      reduced = [executor.SumCellOverReplicas([grads[r][c] for r in replicas],
+                                              self._plan.replica_devices, c)
+                 for c in reversed(cells)][::-1]
+      grads = [[reduced[c][r] for c in cells] for r in replicas]
     input_grads = []
     for r, row in enumerate(self._runners):
+      state = self._state[r][self._tables.DeviceOf(0)]
       with tf.device(row[0].device):
         columns = [loop_arrays.Unstacked(a, self._num_micro) if IsDifferentiable(x)
                    else [None] * self._num_micro
-                   for a, x in zip(state['d_inputs'][r], tf.nest.flatten(self._input_struct))]
+                   for a, x in zip(state['d_inputs'], tf.nest.flatten(self._input_struct))]
       input_grads.append([list(g) for g in zip(*columns)])
+    losses = [self._LastState(r)['loss'][0] for r in replicas if self._LastState(r)['loss']]
     with tf.device(self._plan.devices[-1].name):
-      loss = tf.add_n(state['losses']) if state['losses'] else None
+      loss = tf.add_n(losses) if losses else None
     return executor.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())
 
-  def _CellGradients(self, state: Dict[str, Any], r: int, c: int) -> List[Any]:
+  def _CellGradients(self, r: int, c: int) -> List[Any]:
     """Cell c's step gradients in replica r, from the state after its
-    last X or W (a B's factor pairs gathered from their array)."""
+    device's loop (a B's factor pairs gathered from their array)."""
     runner = self._runners[r][c]
     if not self._tables.split[c]:
       micro = list(range(self._num_micro))
       with tf.device(runner.device):
         runner.gradients.PutFactors(loop_probes.Pairs(
-            [a.gather(micro) for a in state['factors'][r * self._num_cells + c]],
-            self._layouts[c]))
+            [a.gather(micro) for a in self._Lane(r, c, 'factors')], self._layouts[c]))
     return runner.gradients.StepGradients(self._thetas[r][c])
-

@@ -165,10 +165,9 @@ def test_each_cell_reduces_right_after_its_last_weight_gradient(kind):
 
 @pytest.mark.parametrize('kind', [ScheduleKind.ONE_F_ONE_B, ScheduleKind.ZB_V])
 def test_loop_reduces_a_finished_cell_while_the_others_still_work(kind):
-  """A loop step with replicas runs one loop per span between REDUCE
-  clocks: the all-reduce of a cell that finishes early waits for its span
-  only, not for the loop of the cells still working; one replica runs
-  one loop."""
+  """A loop step runs one loop per device of each replica: the all-reduce
+  of a cell waits for its devices' loops only, not for the loops of the
+  cells still working."""
   def StepGraph(replicas):
     pipe, shape = _Pipeline(kind, replicas, 4, 2)
 
@@ -195,5 +194,5 @@ def test_loop_reduces_a_finished_cell_while_the_others_still_work(kind):
   collectives = [op for op in graph.get_operations() if op.type == 'CollectiveReduceV2']
   early = [op for op in collectives if loops[-1] not in Ancestors(op)]
   assert early and len(early) < len(collectives)
-  _, one = StepGraph(1)
-  assert len([op for op in one.get_operations() if op.type in ('While', 'StatelessWhile')]) == 1
+  pipe, one = StepGraph(1)
+  assert len([op for op in one.get_operations() if op.type in ('While', 'StatelessWhile')]) == pipe.plan.num_devices

@@ -1,7 +1,7 @@
 """What the executor promises beyond equal numbers (those are test_conformance's):
-the loop's graph does not grow with M and runs on the cells' devices, its
-rings hold only what is in flight, remat keeps what it says, and every
-schedule's errors come at build (replicas: test_data_parallel)."""
+the loop's graph does not grow with M and each device's loop runs on its
+device, its rings hold only what is in flight, remat keeps what it says,
+and every schedule's errors come at build (replicas: test_data_parallel)."""
 
 import pytest
 import tensorflow as tf
@@ -9,6 +9,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline import schedule_text
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
@@ -73,63 +74,71 @@ def test_below_the_switch_point_the_step_is_unrolled():
 
 
 @pytest.mark.parametrize('replicas', [1, 2])
-def test_each_clock_runs_on_the_cells_devices(replicas):
-  """Inside the loop bodies, every switch, micro-batch gather and array
-  read and write is placed on a cell's device (replica 1's on its own).
-  One loop, or with replicas one per span between REDUCE clocks."""
+def test_each_device_loop_runs_on_its_device(replicas):
+  """One loop per device of each replica, and inside each body every
+  switch, micro-batch gather and array read and write is placed on that
+  one device (replica 1's on its own)."""
   layers, shape = models.FfnLayers(dim=64)
   pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=2, schedule=ONE_F,
                          num_replicas=replicas)
   graph_def = _Graph(pipe, shape, 4 * replicas).as_graph_def()
   bodies = [f for f in graph_def.library.function if '_body_' in f.signature.name]
-  assert len(bodies) == replicas, [f.signature.name for f in bodies]
+  assert len(bodies) == 2 * replicas, [f.signature.name for f in bodies]
   placed = ('TensorListGetItem', 'TensorListSetItem', 'GatherV2', 'Case', 'StatelessCase')
-  ops = [(n.op, n.device) for body in bodies for n in body.node_def if n.op in placed]
-  devices = {str(i) for i in range(2 * replicas)}
-  assert {device.split(':')[-1] for _, device in ops if device} == devices, ops
-  assert all(device for _, device in ops), [op for op, device in ops if not device]
+  devices = set()
+  for body in bodies:
+    on = {n.device for n in body.node_def if n.op in placed}
+    assert len(on) == 1 and all(on), (body.signature.name, on)
+    devices |= {device.split(':')[-1] for device in on}
+  assert devices == {str(i) for i in range(2 * replicas)}, devices
 
 
 def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
-  """1F1B K=4 M=16: each boundary's ring holds at most K micro-batches (the
-  ones in flight), not M, whether the last cell's backwards run with their
-  forwards (per-cell remat) or at their own clocks; fill-drain's
-  activations need all M."""
+  """1F1B K=4 M=16: each cell's ring of inputs (from its forward to its
+  backward's recomputation) holds at most K micro-batches (the ones in
+  flight), not M, whether the last cell's backwards run with their
+  forwards (per-cell remat) or later; fill-drain's need all M."""
   one_f = built_in.Build(ONE_F, 4, 16)
   kept = loop_tables.Build(one_f, keep_last=True)
   assert kept.kept == frozenset(range(16))
-  for rings in (loop_tables.Build(one_f, keep_last=False).rings, kept.rings):
-    assert all(1 <= s <= 4 for s in rings.activations + rings.gradients), rings
-    assert rings.loss_gradients == 1, rings
-  fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False).rings
-  assert fill_drain.activations == [16] * 3, fill_drain
+  for tables in (loop_tables.Build(one_f, keep_last=False), kept):
+    assert all(1 <= s <= 4 for s in tables.input_rings[1:]), tables.input_rings
+    assert tables.loss_gradients == 1
+  fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False)
+  assert fill_drain.input_rings[1:] == [16] * 3, fill_drain.input_rings
 
 
-@pytest.mark.parametrize('kind', [ScheduleKind.ZB_H1, ScheduleKind.ZB_H2, ScheduleKind.ZB_V])
-def test_a_w_before_another_action_runs_in_that_action_s_clock(kind):
-  """Each W is placed once: in the W table when its device's next action
-  is not a W, at a clock no later than that action's (the clock its
-  device is free: beside that action, or before it while it waits for
-  its inputs), else at a clock of its own; the loop has fewer clocks than
-  a device has actions."""
-  schedule = built_in.Build(kind, 2, 16)
-  tables = loop_tables.Build(schedule, keep_last=False)
+@pytest.mark.parametrize('kind', [ScheduleKind.ZB_H1, ScheduleKind.ZB_V,
+                                  ScheduleKind.INTERLEAVED])
+def test_each_device_runs_its_actions_in_the_schedule_s_order(kind):
+  """A device's table is its row of the schedule, one branch per action,
+  but a kept micro-batch's backward, which its forward's branch runs."""
+  schedule = built_in.Build(kind, 2, 8, 2 if kind == ScheduleKind.INTERLEAVED else None)
+  tables = loop_tables.Build(schedule, keep_last=True)
+  last = schedule.num_cells - 1
+  kinds = {ActionKind.F: loop_tables.F, ActionKind.B: loop_tables.X,
+           ActionKind.I: loop_tables.X, ActionKind.W: loop_tables.W}
   for d, row in enumerate(schedule.devices):
-    for a, b in zip(row, row[1:] + (None,)):
-      if a.kind != ActionKind.W:
-        continue
-      clock = tables.clocks[(loop_tables.W, a.cell, a.micro)]
-      beside = b is not None and b.kind != ActionKind.W
-      in_w_table = (tables.w_branches[clock, d], tables.w_micro[clock, d]) == (
-          1 + tables.cells_on[d].index(a.cell), a.micro)
-      assert in_w_table == beside, (a, b)
-      if beside:
-        next_kind = loop_tables.F if b.kind == ActionKind.F else loop_tables.X
-        assert clock <= tables.clocks[(next_kind, b.cell, b.micro)], (a, b)
-      else:
-        assert tables.branches[clock, d] == (
-            1 + loop_tables.KINDS * tables.cells_on[d].index(a.cell) + loop_tables.W)
-    assert tables.num_clocks < len(row)
+    table = tables.devices[d]
+    expected = []
+    for a in row:
+      kind_of = kinds[a.kind]
+      if a.cell == last and a.micro in tables.kept and kind_of != loop_tables.W:
+        if kind_of == loop_tables.X:
+          continue
+        kind_of = loop_tables.KEPT
+      expected.append((1 + loop_tables.KINDS * table.cells.index(a.cell) + kind_of, a.micro))
+    assert list(zip(table.branches.tolist(), table.micro.tolist())) == expected
+
+
+def test_a_boundary_whose_cells_differ_in_micro_batch_order_is_refused():
+  """Cells pass tensors through a FIFO queue: cell 1 taking its forwards
+  in another order than cell 0 makes them is refused, naming both."""
+  text = '0F0 0F1 0B0 0B1\n1F1 1F0 1B0 1B1'
+  schedule = schedule_text.Parse(text)
+  with pytest.raises(ValueError, match=r'Cells 0 and 1 run their forwards in different '
+                     r'micro-batch orders \(\[0, 1\] and \[1, 0\]\)'):
+    loop_tables.Build(schedule, keep_last=False)
 
 
 def test_ring_depth_is_the_smallest_without_overwrite():
