@@ -143,7 +143,7 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
         if (a.kind == ActionKind.F and a.cell == last and
             b.kind in actions.INPUT_BACKWARDS and (b.cell, b.micro) == (last, a.micro)):
           kept.add(a.micro)
-  devices = [_DeviceTable(schedule, d, kept) for d in range(schedule.num_devices)]
+  devices = [_DeviceTable(schedule, d, frozenset(kept)) for d in range(schedule.num_devices)]
   positions = {key: p for table in devices for key, p in table.positions.items()}
   micro = range(num_micro)
   input_rings = [0] + [RingDepth([positions[(F, c, m)] for m in micro],
