@@ -198,7 +198,8 @@ class LoopExecutor:
     cells = tables.devices[d].cells
     with tf.device(self._runners[r][cells[0]].device):
       state: Dict[str, Any] = dict(
-          ins=[loop_arrays.Arrays(self._in_specs[c], self._InDepth(c) + 1) for c in cells],
+          ins=[loop_arrays.Arrays(self._in_specs[c], self._InDepth(c) + 1) if c else []
+               for c in cells],
           factors=[loop_arrays.Arrays(self._factor_specs[c], self._num_micro + 1)
                    for c in cells],
           sums=[loop_arrays.Zeros(self._upd_specs[c]) for c in cells])
@@ -274,7 +275,7 @@ class LoopExecutor:
     last = self._num_cells - 1
     idle = []
     for c in cells:
-      pieces = dict(ins=loop_arrays.Unset(self._in_specs[c]),
+      pieces = dict(ins=loop_arrays.Unset(self._in_specs[c]) if c else [],
                     factors=loop_arrays.Unset(self._factor_specs[c]),
                     sums=loop_arrays.Zeros(self._upd_specs[c]))
       if c == last:
@@ -324,8 +325,11 @@ class LoopExecutor:
               [a.read(m) for a in state['factors'][place]], self._layouts[c]))
         else:
           done = self._Kept(r, m, theta, pieces[place])
-        with tf.control_dependencies(done):
-          return [tf.identity(x) for x in self._Flatten(pieces)]
+        flat = self._Flatten(pieces)
+        if done:  # the next iteration waits for it (Body's token)
+          with tf.control_dependencies(done):
+            flat[0] = tf.identity(flat[0])
+        return flat
     return Fn
 
   def _Forward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap,
