@@ -17,5 +17,5 @@ def Define() -> None:
   flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of interleaved '
                        'and ZB-V: the layers go into k*v cells on k devices.')
   flags.DEFINE_integer('loop_min_micro_batches', 0, 'The training step (any '
-                       'schedule) as a tf.while_loop over clocks when M >= this '
+                       'schedule) as a tf.while_loop per device when M >= this '
                        '(0: unrolled).')

@@ -2,7 +2,7 @@
 
 The layer holds the params, the layers and the plan resolved once
 (plan.py); one executor runs the plan's actions, unrolled (executor.py)
-or as a loop over clocks (loop_executor.py) with M >=
+or as one loop per device (loop_executor.py) with M >=
 p.loop_min_micro_batches. FProp trains with the loss outside the pipeline
 (fill-drain), FPropWithLoss with the loss inside (any schedule); both are
 one custom gradient (train_step.py). Batch-norm statistics are summed
@@ -115,7 +115,7 @@ class PipeliningLayer(base_layer.BaseLayer):
              "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
     p.Define('loop_min_micro_batches', 0, 'Train with M >= this as one '
-             'tf.while_loop over clocks (loop_executor): a step graph of a '
+             'tf.while_loop per device (loop_executor): a step graph of a '
              'few calls per cell whatever M, for every schedule and replicas; '
              "every micro-batch recomputed but the last cell's that remat "
              'keeps. 0: never, always the unrolled emission (executor).')
@@ -273,7 +273,7 @@ class PipeliningLayer(base_layer.BaseLayer):
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
                 ) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches.
-    The one place that chooses the emission: a loop over clocks
+    The one place that chooses the emission: a loop per device
     (loop_executor) for training with M >= p.loop_min_micro_batches, else
     unrolled (executor). Evaluation runs replica 0 on the whole batch."""
     resolved = self.plan if training else self.plan.ReplicaZero()

@@ -126,7 +126,7 @@ class LoopExecutor:
 
   def Run(self) -> executor.StepResult:
     """Every action, the loss inside: the StepResult."""
-    self._Loops(0, None)
+    self._Loops('all')
     return self._Result()
 
   def Forwards(self) -> List[List[tuple]]:
@@ -134,7 +134,7 @@ class LoopExecutor:
     the last cell's outputs."""
     if not self._tables.forwards_first:  # FProp checked plan.ForwardsFirst
       raise ValueError('Forwards needs every forward before any backward.')
-    self._Loops(0, [t.num_forwards for t in self._tables.devices])
+    self._Loops('forwards')
     return self._LastOutputs()
 
   def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
@@ -146,7 +146,7 @@ class LoopExecutor:
       with tf.device(self._runners[r][-1].device):
         state['dys'] = [a.scatter(list(range(self._num_micro)), tf.stack(list(column)))
                         for a, column in zip(state['dys'], zip(*per_micro))]
-    self._Loops([t.num_forwards for t in self._tables.devices], None)
+    self._Loops('rest')
     return self._Result()
 
   # --- setup -----------------------------------------------------------------
@@ -214,14 +214,13 @@ class LoopExecutor:
 
   # --- the loops ---------------------------------------------------------------
 
-  def _Loops(self, starts: Any, ends: Optional[List[int]]) -> None:
-    """Each device's loop over its actions [starts[d], ends[d]) (0 and None
-    for all: from the first, to the last), all replicas; then, with
-    replicas, each finished device's cells' all-reduce."""
+  def _Loops(self, part: str) -> None:
+    """Each device's loop, every replica, over its actions: 'all', its
+    'forwards' (its first num_forwards) or the 'rest'."""
     for r in range(self._num_replicas):
       for d, table in enumerate(self._tables.devices):
-        start = starts if isinstance(starts, int) else starts[d]
-        end = len(table.branches) if ends is None else ends[d]
+        num, forwards = len(table.branches), table.num_forwards
+        start, end = dict(all=(0, num), forwards=(0, forwards), rest=(forwards, num))[part]
         if start < end:
           self._state[r][d] = self._Loop(r, d, start, end)
 
@@ -310,12 +309,12 @@ class LoopExecutor:
     after its queue writes and weight updates."""
     place, kind = divmod(branch - 1, KINDS)
     c = self._tables.devices[d].cells[place]
-    theta = self._MicroTheta(thetas[c], r, m)
 
     def Fn():
       pieces = [dict(p) for p in idle]
       runner = self._runners[r][c]
       with tf.device(runner.device):
+        theta = self._MicroTheta(thetas[c], r, m)
         if kind == F:
           done = self._Forward(r, c, m, theta, pieces[place])
         elif kind == X:

@@ -1,4 +1,4 @@
-"""Throwaway traces that tell a loop step what it carries between clocks.
+"""Throwaway traces that tell a loop step what it carries between iterations.
 
 A tf.while_loop needs the structure and shape of everything it carries
 before its body is traced: each cell's outputs and statistics, the loss,

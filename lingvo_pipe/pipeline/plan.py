@@ -41,7 +41,7 @@ class Plan:
     replica_devices: [replica][cell] the device of each cell of each replica.
     policy: the RematPolicy.
     remat_last_micro_batch: p.remat_last_micro_batch.
-    loop_min_micro_batches: train as a loop over clocks from this M (0: never).
+    loop_min_micro_batches: train as a loop per device from this M (0: never).
   """
   name: str
   spec: ScheduleSpec
@@ -64,7 +64,7 @@ class Plan:
     return self.replica_devices[0]
 
   def Loops(self, num_micro: int) -> bool:
-    """Whether a training step of M=num_micro runs as a loop over clocks:
+    """Whether a training step of M=num_micro runs as a loop per device:
     M >= loop_min_micro_batches > 0, and M > 1 (with one micro-batch the
     unrolled step is as small)."""
     return 0 < self.loop_min_micro_batches <= num_micro and num_micro > 1
