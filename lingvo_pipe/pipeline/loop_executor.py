@@ -247,8 +247,7 @@ class LoopExecutor:
         flat = tf.switch_case(index, fns)
         with tf.control_dependencies(flat):
           token = tf.identity(i)
-        return i + 1, token, self._Written(r, d, i, self._Unflatten(flat, idle), state,
-                                           slots)
+        return i + 1, token, self._Written(i, self._Unflatten(flat, idle), state, slots)
 
       _, _, state = tf.while_loop(lambda i, *_: i < end - start, Body,
                                   (tf.constant(0), tf.constant(0), self._state[r][d]))
@@ -342,6 +341,8 @@ class LoopExecutor:
 
   def _Outputs(self, r: int, c: int, out: tuple, pieces: Dict[str, List[tf.Tensor]]
                ) -> List[Any]:
+    """Cell c's outputs to the next cell's queue, or the last cell's into
+    its pieces with (loss inside) its loss and output gradients."""
     if c < self._num_cells - 1:
       return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
     pieces['outs'] = tf.nest.flatten(out)
@@ -357,12 +358,11 @@ class LoopExecutor:
     if c == 0:
       flat = [tf.gather(x, m) for x in self._stacked_inputs[r]]
     else:
-      flat = self._queues[r]['acts'][c - 1][1].dequeue()
-      flat = list(flat) if isinstance(flat, (list, tuple)) else [flat]
+      flat = _Dequeue(self._queues[r]['acts'][c - 1][1])
       pieces['ins'] = flat
-    return tf.nest.pack_sequence_as(self._in_struct(c), flat)
+    return tf.nest.pack_sequence_as(self._InStruct(c), flat)
 
-  def _in_struct(self, c: int) -> Any:
+  def _InStruct(self, c: int) -> Any:
     return self._input_struct if c == 0 else self._out_structs[c - 1]
 
   def _Backward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap, place: int,
@@ -376,14 +376,13 @@ class LoopExecutor:
                                    [tf.gather(a, m) for a in self._stacked_inputs[r]])
     else:
       slot = m % self._InDepth(c)
-      x = tf.nest.pack_sequence_as(self._in_struct(c),
+      x = tf.nest.pack_sequence_as(self._InStruct(c),
                                    [a.read(slot) for a in state['ins'][place]])
     if c == last:
       depth = self._tables.loss_gradients if self._loss_fn else self._num_micro
       flat_dy = [a.read(m % depth) for a in state['dys']]
     else:
-      flat_dy = self._queues[r]['grads'][c][1].dequeue()
-      flat_dy = list(flat_dy) if isinstance(flat_dy, (list, tuple)) else [flat_dy]
+      flat_dy = _Dequeue(self._queues[r]['grads'][c][1])
     dy = tf.nest.pack_sequence_as(self._out_structs[c], flat_dy)
     dx = runner.Backward(theta, x, dy, self._decisions[c], self._num_micro)
     return self._InputGrads(r, c, x, dx, pieces)
@@ -415,9 +414,10 @@ class LoopExecutor:
                                  tf.nest.pack_sequence_as(out, pieces['dys']))
     return self._InputGrads(r, c, x, dx, pieces)
 
-  def _Written(self, r: int, d: int, i: tf.Tensor, pieces: List[Dict[str, List[tf.Tensor]]],
+  @staticmethod
+  def _Written(i: tf.Tensor, pieces: List[Dict[str, List[tf.Tensor]]],
                state: Dict[str, Any], slots: Dict[str, List[tf.Tensor]]) -> Dict[str, Any]:
-    """Device d's state after writing an iteration's pieces."""
+    """A device's state after writing iteration i's pieces."""
     new = dict(state)
     for key in ('ins', 'factors'):
       new[key] = [[a.write(tf.gather(slots[key][place], i), x)
@@ -484,3 +484,9 @@ class LoopExecutor:
         runner.gradients.PutFactors(loop_probes.Pairs(
             [a.gather(micro) for a in self._Lane(r, c, 'factors')], self._layouts[c]))
     return runner.gradients.StepGradients(self._thetas[r][c])
+
+
+def _Dequeue(queue: tf.queue.QueueBase) -> List[tf.Tensor]:
+  """The next element of `queue`, its components as a list."""
+  element = queue.dequeue()
+  return list(element) if isinstance(element, (list, tuple)) else [element]
