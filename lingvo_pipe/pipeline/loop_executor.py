@@ -33,8 +33,7 @@ other devices' loops still run.
 """
 
 import dataclasses
-import itertools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -44,13 +43,13 @@ from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import loop_probes
+from lingvo_pipe.pipeline import loop_queues
+from lingvo_pipe.pipeline import loop_state
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
-
-_QUEUE_IDS = itertools.count()
 
 
 class LoopExecutor:
@@ -91,11 +90,9 @@ class LoopExecutor:
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
                             for r, row in enumerate(self._runners)]
-    self._out_structs, self._update_structs, self._loss_spec = loop_probes.Structures(
+    self._out_structs, self._update_structs, loss_spec = loop_probes.Structures(
         self._runners[0], self._thetas[0], self._input_struct, loss_fn)
-    self._out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
-    self._upd_specs = [loop_arrays.Specs(s) for s in self._update_structs]
-    self._in_specs = [loop_arrays.Specs(self._input_struct)] + self._out_specs[:-1]
+    out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
     for row in self._runners:
       for runner in row:
         runner.gradients.StartLoopStep(num_micro)
@@ -103,14 +100,21 @@ class LoopExecutor:
         self._runners, lambda r, c, m: self._MicroTheta(self._thetas[r][c], r, m),
         [self._input_struct] + self._out_structs[:-1],
         self._out_structs, self._decisions, tables.split, num_micro)
-    self._factor_specs = [loop_probes.PackedSpecs(cell) for cell in self._layouts]
+    self._specs = loop_state.Specs(
+        [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
+        [loop_arrays.Specs(s) for s in self._update_structs],
+        [loop_probes.PackedSpecs(cell) for cell in self._layouts], loss_spec)
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
-    self._queues = [self._Queues(r) for r in range(self._num_replicas)]
-    # [replica][device] what the device's loop carries.
-    self._state = [[self._InitialState(r, d) for d in range(len(tables.devices))]
-                   for r in range(self._num_replicas)]
+    self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro)
+                    for row in self._runners]
+    self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state
+    for row in self._runners:
+      self._state.append([])
+      for table in tables.devices:
+        with tf.device(row[table.cells[0]].device):
+          self._state[-1].append(loop_state.Initial(self._specs, tables, table.cells))
     self._updates: Optional[List[NestedMap]] = None
 
   # --- phases ----------------------------------------------------------------
@@ -155,63 +159,6 @@ class LoopExecutor:
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
     return theta if seed is None else base_layer.WithStepSeed(theta, seed)
 
-  def _Queues(self, r: int) -> Dict[str, List[Tuple[Any, Any]]]:
-    """Replica r's queues per boundary j, each as (producer's, consumer's):
-    'acts' (cell j's outputs, on cell j+1's device) and 'grads' (their
-    gradients, on cell j's device).
-
-    Each queue is a resource of the step's graph on its device (the op,
-    not tf.queue.FIFOQueue: an eager queue on CPU:0 that lives as long as
-    its Python object), drained of what a failed step left before either
-    side uses it. Producer and consumer hold handles of their own: the
-    function's automatic control dependencies order the ops of one
-    handle, and would run the consumer's loop only after the producer's.
-    """
-    queues: Dict[str, List[Tuple[Any, Any]]] = dict(acts=[], grads=[])
-    for j in range(self._num_cells - 1):
-      specs = self._out_specs[j]
-      dtypes, shapes = [s.dtype for s in specs], [s.shape for s in specs]
-      for key, cell in (('acts', j + 1), ('grads', j)):
-        name = f'lingvo_pipe_loop_{next(_QUEUE_IDS)}'
-
-        def Handle():
-          return tf.queue.QueueBase(dtypes, shapes, None, tf.raw_ops.FIFOQueueV2(
-              component_types=dtypes, shapes=shapes, capacity=self._num_micro,
-              shared_name=name))
-
-        with tf.device(self._runners[r][cell].device):
-          producer = Handle()
-          drained = producer.dequeue_many(producer.size())
-          with tf.control_dependencies(tf.nest.flatten(drained)):
-            queues[key].append((producer, Handle()))
-    return queues
-
-  def _InDepth(self, c: int) -> int:
-    """The depth of the ring of cell c's inputs (cell 0's, unread, 1)."""
-    return max(self._tables.input_rings[c], 1)
-
-  def _InitialState(self, r: int, d: int) -> Dict[str, Any]:
-    """Device d of replica r: per cell on it ('ins', 'factors', 'sums'),
-    and for the last or first cell if there ('outs', 'dys', 'loss';
-    'd_inputs')."""
-    tables, last = self._tables, self._num_cells - 1
-    cells = tables.devices[d].cells
-    with tf.device(self._runners[r][cells[0]].device):
-      state: Dict[str, Any] = dict(
-          ins=[loop_arrays.Arrays(self._in_specs[c], self._InDepth(c) + 1) if c else []
-               for c in cells],
-          factors=[loop_arrays.Arrays(self._factor_specs[c], self._num_micro + 1)
-                   for c in cells],
-          sums=[loop_arrays.Zeros(self._upd_specs[c]) for c in cells])
-      if last in cells:
-        depth = tables.loss_gradients if self._loss_fn else self._num_micro
-        state.update(outs=loop_arrays.Arrays(self._out_specs[last], self._num_micro + 1),
-                     dys=loop_arrays.Arrays(self._out_specs[last], depth + 1),
-                     loss=[tf.zeros([], self._loss_spec.dtype)] if self._loss_spec else [])
-      if 0 in cells:
-        state['d_inputs'] = loop_arrays.Arrays(self._in_specs[0], self._num_micro + 1)
-    return state
-
   # --- the loops ---------------------------------------------------------------
 
   def _Loops(self, part: str) -> None:
@@ -237,72 +184,26 @@ class LoopExecutor:
       branches = tf.constant([used.index(b) for b in table.branches[start:end]])
       micro = tf.constant(table.micro[start:end])
       slots = {key: [tf.constant(s[start:end]) for s in per_cell]
-               for key, per_cell in self._WriteSlots(table).items()}
+               for key, per_cell in loop_state.WriteSlots(self._specs, self._tables,
+                                                          table).items()}
 
       def Body(i, token, state):
         with tf.control_dependencies([token]):
           index, m = tf.gather(branches, i), tf.gather(micro, i)
-        idle = self._Idle(table.cells)
+        idle = loop_state.Idle(self._specs, table.cells)
         fns = [self._Branch(r, d, b, m, thetas, state, idle) for b in used]
         flat = tf.switch_case(index, fns)
         with tf.control_dependencies(flat):
           token = tf.identity(i)
-        return i + 1, token, self._Written(i, self._Unflatten(flat, idle), state, slots)
+        return i + 1, token, loop_state.Written(i, loop_state.Unflatten(flat, idle), state,
+                                                slots)
 
       _, _, state = tf.while_loop(lambda i, *_: i < end - start, Body,
                                   (tf.constant(0), tf.constant(0), self._state[r][d]))
     return state
 
-  def _WriteSlots(self, table: loop_tables.DeviceTable) -> Dict[str, List[Any]]:
-    """Per array the slot each action writes (DeviceTable.Slots)."""
-    tables, num_micro, last = self._tables, self._num_micro, self._num_cells - 1
-    slots: Dict[str, List[Any]] = dict(
-        ins=[table.Slots(F, c, self._InDepth(c), num_micro) for c in table.cells],
-        factors=[table.Slots(X, c, num_micro, num_micro) for c in table.cells])
-    if last in table.cells:
-      depth = tables.loss_gradients if self._loss_fn else num_micro
-      slots.update(outs=[table.Slots(F, last, num_micro, num_micro)],
-                   dys=[table.Slots(F, last, depth, num_micro)])
-    if 0 in table.cells:
-      slots['d_inputs'] = [table.Slots(X, 0, num_micro, num_micro)]
-    return slots
-
-  def _Idle(self, cells: List[int]) -> List[Dict[str, List[tf.Tensor]]]:
-    """Per cell on a device, what its branch yields when it runs nothing:
-    zeros where summed (statistics, loss), else unset (loop_arrays.Unset)."""
-    last = self._num_cells - 1
-    idle = []
-    for c in cells:
-      pieces = dict(ins=loop_arrays.Unset(self._in_specs[c]) if c else [],
-                    factors=loop_arrays.Unset(self._factor_specs[c]),
-                    sums=loop_arrays.Zeros(self._upd_specs[c]))
-      if c == last:
-        pieces.update(outs=loop_arrays.Unset(self._out_specs[c]),
-                      dys=loop_arrays.Unset(self._out_specs[c]) if self._loss_fn else [],
-                      loss=loop_arrays.Zeros([self._loss_spec]) if self._loss_spec else [])
-      if c == 0:
-        pieces['d_inputs'] = loop_arrays.Unset(self._in_specs[0])
-      idle.append(pieces)
-    return idle
-
-  @staticmethod
-  def _Flatten(pieces: List[Dict[str, List[tf.Tensor]]]) -> List[tf.Tensor]:
-    return [x for cell in pieces for key in sorted(cell) for x in cell[key]]
-
-  @staticmethod
-  def _Unflatten(flat: List[tf.Tensor], like: List[Dict[str, List[tf.Tensor]]]
-                 ) -> List[Dict[str, List[tf.Tensor]]]:
-    out, start = [], 0
-    for cell in like:
-      pieces = {}
-      for key in sorted(cell):
-        pieces[key] = list(flat[start:start + len(cell[key])])
-        start += len(cell[key])
-      out.append(pieces)
-    return out
-
   def _Branch(self, r: int, d: int, branch: int, m: tf.Tensor, thetas: Dict[int, NestedMap],
-              state: Dict[str, Any], idle: List[Dict[str, List[tf.Tensor]]]):
+              state: Dict[str, Any], idle: loop_state.Pieces):
     """The function of `branch` (loop_tables' index) on device d of
     replica r: its cell's action on micro-batch m; flat pieces as idle's,
     after its queue writes and weight updates."""
@@ -323,7 +224,7 @@ class LoopExecutor:
               [a.read(m) for a in state['factors'][place]], self._layouts[c]))
         else:
           done = self._Kept(r, m, theta, pieces[place])
-        flat = self._Flatten(pieces)
+        flat = loop_state.Flatten(pieces)
         if done:  # the next iteration waits for it (Body's token)
           with tf.control_dependencies(done):
             flat[0] = tf.identity(flat[0])
@@ -358,7 +259,7 @@ class LoopExecutor:
     if c == 0:
       flat = [tf.gather(x, m) for x in self._stacked_inputs[r]]
     else:
-      flat = _Dequeue(self._queues[r]['acts'][c - 1][1])
+      flat = loop_queues.Dequeue(self._queues[r]['acts'][c - 1][1])
       pieces['ins'] = flat
     return tf.nest.pack_sequence_as(self._InStruct(c), flat)
 
@@ -375,14 +276,14 @@ class LoopExecutor:
       x = tf.nest.pack_sequence_as(self._input_struct,
                                    [tf.gather(a, m) for a in self._stacked_inputs[r]])
     else:
-      slot = m % self._InDepth(c)
+      slot = m % loop_state.InputDepth(self._tables, c)
       x = tf.nest.pack_sequence_as(self._InStruct(c),
                                    [a.read(slot) for a in state['ins'][place]])
     if c == last:
-      depth = self._tables.loss_gradients if self._loss_fn else self._num_micro
+      depth = loop_state.LossGradientDepth(self._specs, self._tables)
       flat_dy = [a.read(m % depth) for a in state['dys']]
     else:
-      flat_dy = _Dequeue(self._queues[r]['grads'][c][1])
+      flat_dy = loop_queues.Dequeue(self._queues[r]['grads'][c][1])
     dy = tf.nest.pack_sequence_as(self._out_structs[c], flat_dy)
     dx = runner.Backward(theta, x, dy, self._decisions[c], self._num_micro)
     return self._InputGrads(r, c, x, dx, pieces)
@@ -391,7 +292,7 @@ class LoopExecutor:
                   pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
     flat = loop_probes.FlatBackward(x, dx, self._runners[r][c].gradients,
                                     self._tables.split[c], self._layouts[c])
-    num_in = len(self._in_specs[c])
+    num_in = len(self._specs.ins[c])
     pieces['factors'] = flat[num_in:]
     if c == 0:
       pieces['d_inputs'] = flat[:num_in]
@@ -413,26 +314,6 @@ class LoopExecutor:
     dx = runner.BackwardFromTape(recording, x, out,
                                  tf.nest.pack_sequence_as(out, pieces['dys']))
     return self._InputGrads(r, c, x, dx, pieces)
-
-  @staticmethod
-  def _Written(i: tf.Tensor, pieces: List[Dict[str, List[tf.Tensor]]],
-               state: Dict[str, Any], slots: Dict[str, List[tf.Tensor]]) -> Dict[str, Any]:
-    """A device's state after writing iteration i's pieces."""
-    new = dict(state)
-    for key in ('ins', 'factors'):
-      new[key] = [[a.write(tf.gather(slots[key][place], i), x)
-                   for a, x in zip(state[key][place], cell[key])]
-                  for place, cell in enumerate(pieces)]
-    new['sums'] = [[s + u for s, u in zip(state['sums'][place], cell['sums'])]
-                   for place, cell in enumerate(pieces)]
-    for place, cell in enumerate(pieces):
-      for key in ('outs', 'dys', 'd_inputs'):
-        if key in cell and cell[key]:
-          new[key] = [a.write(tf.gather(slots[key][0], i), x)
-                      for a, x in zip(state[key], cell[key])]
-      if cell.get('loss'):
-        new['loss'] = [state['loss'][0] + cell['loss'][0]]
-    return new
 
   # --- results -------------------------------------------------------------
 
@@ -485,8 +366,3 @@ class LoopExecutor:
             [a.gather(micro) for a in self._Lane(r, c, 'factors')], self._layouts[c]))
     return runner.gradients.StepGradients(self._thetas[r][c])
 
-
-def _Dequeue(queue: tf.queue.QueueBase) -> List[tf.Tensor]:
-  """The next element of `queue`, its components as a list."""
-  element = queue.dequeue()
-  return list(element) if isinstance(element, (list, tuple)) else [element]
