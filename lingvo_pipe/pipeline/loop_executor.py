@@ -257,11 +257,15 @@ class LoopExecutor:
     """A forward's inputs: the pipeline's for cell 0, else from the queue
     (into its piece of the ring)."""
     if c == 0:
-      flat = [tf.gather(x, m) for x in self._stacked_inputs[r]]
-    else:
-      flat = loop_queues.Dequeue(self._queues[r]['acts'][c - 1][1])
-      pieces['ins'] = flat
+      return self._StepInputs(r, m)
+    flat = loop_queues.Dequeue(self._queues[r]['acts'][c - 1][1])
+    pieces['ins'] = flat
     return tf.nest.pack_sequence_as(self._InStruct(c), flat)
+
+  def _StepInputs(self, r: int, m: tf.Tensor) -> tuple:
+    """Micro-batch m of replica r's pipeline inputs (cell 0's)."""
+    return tf.nest.pack_sequence_as(self._input_struct,
+                                    [tf.gather(x, m) for x in self._stacked_inputs[r]])
 
   def _InStruct(self, c: int) -> Any:
     return self._input_struct if c == 0 else self._out_structs[c - 1]
@@ -273,8 +277,7 @@ class LoopExecutor:
     gradients on (queue, or d_inputs for cell 0) and its factors kept."""
     runner, last = self._runners[r][c], self._num_cells - 1
     if c == 0:
-      x = tf.nest.pack_sequence_as(self._input_struct,
-                                   [tf.gather(a, m) for a in self._stacked_inputs[r]])
+      x = self._StepInputs(r, m)
     else:
       slot = m % loop_state.InputDepth(self._tables, c)
       x = tf.nest.pack_sequence_as(self._InStruct(c),
