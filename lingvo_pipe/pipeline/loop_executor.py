@@ -16,12 +16,12 @@ What a device keeps between its iterations are its loop's arrays (each
 written every iteration, to a spare slot when nothing is due: no write
 needs a condition): its cells' inputs for their backwards' recomputation
 and the last cell's loss gradients in rings (loop_tables), the last
-cell's outputs, the input gradients, each micro-batch's deferred factor
-pairs packed in a vector per dtype, and statistics and loss sums. Weight
-gradients add into the cells' accumulators (CellGradients.StartLoopStep,
-then ZeroAccumulators once a probe says which weights defer wholly). A
-B's factor pairs leave the loop for one product per weight after it; an
-I's wait in their array for its W.
+cell's outputs, the input gradients, each deferred factor in an array of
+its own, and statistics and loss sums. Weight gradients add into the
+cells' accumulators (CellGradients.StartLoopStep, then ZeroAccumulators
+once a probe says which weights defer wholly). A B's factors leave the
+loop, each gathered into its weight's one product after it; an I's wait
+in a ring for its W.
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
@@ -103,7 +103,7 @@ class LoopExecutor:
     self._specs = loop_state.Specs(
         [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
         [loop_arrays.Specs(s) for s in self._update_structs],
-        [loop_probes.PackedSpecs(cell) for cell in self._layouts], loss_spec)
+        [loop_probes.FactorSpecs(cell) for cell in self._layouts], loss_spec)
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
         runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
@@ -220,8 +220,9 @@ class LoopExecutor:
         elif kind == X:
           done = self._Backward(r, c, m, theta, place, state, pieces[place])
         elif kind == W:
+          slot = m % self._tables.factor_rings[c]
           done = runner.WeightBackward(loop_probes.Pairs(
-              [a.read(m) for a in state['factors'][place]], self._layouts[c]))
+              [a.read(slot) for a in state['factors'][place]], self._layouts[c]))
         else:
           done = self._Kept(r, m, theta, pieces[place])
         flat = loop_state.Flatten(pieces)
@@ -294,7 +295,7 @@ class LoopExecutor:
   def _InputGrads(self, r: int, c: int, x: tuple, dx: List[Any],
                   pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
     flat = loop_probes.FlatBackward(x, dx, self._runners[r][c].gradients,
-                                    self._tables.split[c], self._layouts[c])
+                                    self._tables.split[c])
     num_in = len(self._specs.ins[c])
     pieces['factors'] = flat[num_in:]
     if c == 0:

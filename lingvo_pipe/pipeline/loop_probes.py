@@ -81,46 +81,31 @@ def FactorLayouts(runners: Sequence[Sequence[cell_runner.CellRunner]],
           for cell_indices, cell in zip(indices, traced.structured_outputs)]
 
 
-def PackedSpecs(layout: FactorLayout) -> List[tf.TensorSpec]:
-  """The specs of a cell's factors packed as the loop carries them: one
-  vector per dtype (by dtype name), so a lane has one array per dtype
-  whatever its number of deferring weights."""
-  sizes: Dict[tf.DType, int] = {}
-  for _, specs in layout:
-    for spec in specs:
-      sizes[spec.dtype] = sizes.get(spec.dtype, 0) + spec.shape.num_elements()
-  return [tf.TensorSpec([n], dtype) for dtype, n in sorted(sizes.items(),
-                                                          key=lambda kv: kv[0].name)]
+def FactorSpecs(layout: FactorLayout) -> List[tf.TensorSpec]:
+  """The specs of a cell's factors as the loop carries them: an array each
+  (one packed vector per dtype would need a gather and a split after the
+  loop, two more copies of them all alive at the step's peak)."""
+  return [spec for _, specs in layout for spec in specs]
 
 
 def FlatBackward(x: tuple, dx: List[Any], gradients: cell_gradients.CellGradients,
-                 split: bool, layout: FactorLayout) -> List[tf.Tensor]:
+                 split: bool) -> List[tf.Tensor]:
   """The backward just run: its flat input gradients (zeros for None), then
-  its factors (TakeFactors) packed as PackedSpecs says."""
+  its factors (TakeFactors) in FactorSpecs' order."""
   factors = TakeFactors(gradients, split)
   flat = [f for i in sorted(factors) for pair in factors[i] for f in pair]
-  packed = []
-  for spec in PackedSpecs(layout):
-    packed.append(tf.concat([tf.reshape(f, [-1]) for f in flat if f.dtype == spec.dtype], 0))
-  return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + packed
+  return [tf.zeros_like(v) if g is None else g for v, g in zip(tf.nest.flatten(x), dx)] + flat
 
 
-def Pairs(packed: Sequence[tf.Tensor], layout: FactorLayout
+def Pairs(flat: Sequence[tf.Tensor], layout: FactorLayout
           ) -> Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]:
-  """Each deferring weight's factor pairs, unpacked from vectors of
-  PackedSpecs: one micro-batch's, or [micro-batches, size] stacked, whose
-  rows then come concatenated micro-batch after micro-batch."""
-  flat_specs = [spec for _, specs in layout for spec in specs]
-  stacked = bool(packed) and packed[0].shape.rank > 1
-  pieces: Dict[tf.DType, Any] = {}
-  for vector, packed_spec in zip(packed, PackedSpecs(layout)):
-    sizes = [s.shape.num_elements() for s in flat_specs if s.dtype == packed_spec.dtype]
-    pieces[packed_spec.dtype] = iter(tf.split(vector, sizes, axis=-1))
-  flat = iter([tf.reshape(next(pieces[s.dtype]),
-                          [-1] + s.shape[1:].as_list() if stacked else s.shape)
-               for s in flat_specs])
+  """Each deferring weight's factor pairs from `flat` (FactorSpecs' order):
+  one micro-batch's, or [micro-batches, rows, ...] stacked, whose rows
+  then come concatenated micro-batch after micro-batch."""
+  rows = iter([tf.reshape(v, [-1] + s.shape[1:].as_list()) if v.shape.rank > s.shape.rank else v
+               for v, s in zip(flat, FactorSpecs(layout))])
   pairs = {}
   for i, specs in layout:
-    values = [next(flat) for _ in specs]
+    values = [next(rows) for _ in specs]
     pairs[i] = list(zip(values[0::2], values[1::2]))
   return pairs

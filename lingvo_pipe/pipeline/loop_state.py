@@ -2,8 +2,9 @@
 
 Per cell on the device: 'ins' (its inputs, from its forward to its
 backward's recomputation, in a ring; none for cell 0, whose come from
-the step's inputs), 'factors' (each micro-batch's deferred factor pairs,
-packed) and 'sums' (statistics); the last cell's 'outs', 'dys' (its
+the step's inputs), 'factors' (its backwards' deferred factors, an array
+each: all M of a B's, an I's in a ring until its W) and 'sums'
+(statistics); the last cell's 'outs', 'dys' (its
 loss gradients: a ring with the loss inside, else all M, from outside)
 and 'loss'; cell 0's 'd_inputs'. An iteration's branch yields pieces
 for all of them; every array is written every iteration, a piece the
@@ -27,7 +28,7 @@ Pieces = List[Dict[str, List[tf.Tensor]]]  # per cell on the device, per key
 @dataclasses.dataclass(frozen=True)
 class Specs:
   """Per cell the TensorSpecs of its inputs, outputs, statistics and
-  packed factors; the loss's, None without the loss inside."""
+  deferred factors; the loss's, None without the loss inside."""
   ins: List[List[tf.TensorSpec]]
   outs: List[List[tf.TensorSpec]]
   updates: List[List[tf.TensorSpec]]
@@ -53,7 +54,8 @@ def Initial(specs: Specs, tables: loop_tables.LoopTables, cells: List[int]) -> D
   state: Dict[str, Any] = dict(
       ins=[loop_arrays.Arrays(specs.ins[c], InputDepth(tables, c) + 1) if c else []
            for c in cells],
-      factors=[loop_arrays.Arrays(specs.factors[c], num_micro + 1) for c in cells],
+      factors=[loop_arrays.Arrays(specs.factors[c], tables.factor_rings[c] + 1)
+               for c in cells],
       sums=[loop_arrays.Zeros(specs.updates[c]) for c in cells])
   if last in cells:
     state.update(outs=loop_arrays.Arrays(specs.outs[last], num_micro + 1),
@@ -70,7 +72,8 @@ def WriteSlots(specs: Specs, tables: loop_tables.LoopTables,
   writes (DeviceTable.Slots)."""
   num_micro, last = tables.num_micro, len(specs.outs) - 1
   slots = dict(ins=[table.Slots(F, c, InputDepth(tables, c), num_micro) for c in table.cells],
-               factors=[table.Slots(X, c, num_micro, num_micro) for c in table.cells])
+               factors=[table.Slots(X, c, tables.factor_rings[c], num_micro)
+                        for c in table.cells])
   if last in table.cells:
     slots.update(outs=[table.Slots(F, last, num_micro, num_micro)],
                  dys=[table.Slots(F, last, LossGradientDepth(specs, tables), num_micro)])

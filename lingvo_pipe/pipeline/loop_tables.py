@@ -16,7 +16,8 @@ and their backwards too (Build checks). What a device keeps for later
 lives in its loop's own arrays, written at every iteration (to a spare
 slot when nothing is due): a cell's inputs from its forward to its
 backward (its recomputation), the last cell's loss gradients from its
-forward to its backward, each in a ring of slots m mod S, S the smallest
+forward to its backward, a split cell's factors from its I to its W,
+each in a ring of slots m mod S, S the smallest
 depth at which no micro-batch's write comes before the last read of the
 micro-batch it overwrites (positions in the device's actions).
 """
@@ -88,6 +89,9 @@ class LoopTables:
       come from the step's inputs: 0).
     loss_gradients: the depth of the ring of the last cell's loss
       gradients (from its forward to its backward).
+    factor_rings: per cell the depth of the ring of its backwards'
+      factors: a split cell's from its I to its W, else M (all wait for
+      the products after the loop).
     forwards_first: whether every device runs all its F's first (a step
       with the loss outside needs it).
   """
@@ -97,6 +101,7 @@ class LoopTables:
   split: Tuple[bool, ...]
   input_rings: List[int]
   loss_gradients: int
+  factor_rings: List[int]
   forwards_first: bool
 
   def DeviceOf(self, cell: int) -> int:
@@ -151,10 +156,13 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
                        for c in range(1, num_cells)]
   loss_gradients = RingDepth([positions[(F, last, m)] for m in micro],
                              [positions[(X, last, m)] for m in micro])
+  factor_rings = [RingDepth([positions[(X, c, m)] for m in micro],
+                            [positions[(W, c, m)] for m in micro]) if split[c] else num_micro
+                  for c in range(num_cells)]
   forwards_first = not kept and all(
       t.num_forwards == sum((b - 1) % KINDS == F for b in t.branches) for t in devices)
   return LoopTables(num_micro, devices, frozenset(kept), split, input_rings,
-                    loss_gradients, forwards_first)
+                    loss_gradients, factor_rings, forwards_first)
 
 
 def _DeviceTable(schedule: actions.Schedule, d: int, kept: FrozenSet[int]) -> DeviceTable:

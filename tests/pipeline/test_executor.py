@@ -145,6 +145,16 @@ def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
   assert fill_drain.input_rings[1:] == [16] * 3, fill_drain.input_rings
 
 
+def test_a_split_cell_s_factors_wait_for_their_w_in_a_ring():
+  """K=4 M=16: an I's factors are held until its W, in a ring as deep as
+  the I's whose W has not run (ZB-H1: cell k's W's trail its I's by k+1,
+  not M); a B's factors, all M, wait for the products after the loop."""
+  zb_h1 = loop_tables.Build(built_in.Build(ScheduleKind.ZB_H1, 4, 16), False)
+  assert zb_h1.factor_rings == [1, 2, 3, 4], zb_h1.factor_rings
+  one_f = loop_tables.Build(built_in.Build(ONE_F, 4, 16), False)
+  assert one_f.factor_rings == [16] * 4, one_f.factor_rings
+
+
 @pytest.mark.parametrize('kind', [ScheduleKind.ZB_H1, ScheduleKind.ZB_V,
                                   ScheduleKind.INTERLEAVED])
 def test_each_device_runs_its_actions_in_the_schedule_s_order(kind):

@@ -1,4 +1,5 @@
-"""A loop step holds no more memory between steps than the unrolled step.
+"""A loop step holds no more memory between steps than the unrolled step,
+and peaks near it.
 
 Each configuration runs the benchmark program in a fresh process with
 TF_CPU_ALLOCATOR_USE_BFC=true, as tests/pipeline/test_remat_memory.py
@@ -10,18 +11,25 @@ held between steps beside 136 MB of weights.
 
 import json
 
+import pytest
+
 from tests import fresh_process
 
 
-def _HeldBytes(schedule: str, loop_min_micro_batches: int) -> int:
+def _Bytes(schedule: str, loop_min_micro_batches: int, batch: int = 64,
+           num_micro: int = 4) -> dict:
   out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=ffn', '--batch=64', '--k=2',
-      '--m=4', '--steps=1', '--warmup=0', f'--schedule={schedule}',
+      '-m', 'benchmarks.pipeline_bench', '--workload=ffn', f'--batch={batch}', '--k=2',
+      f'--m={num_micro}', '--steps=1', '--warmup=0', f'--schedule={schedule}',
       f'--loop_min_micro_batches={loop_min_micro_batches}',
       env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
   result = json.loads(out.strip().splitlines()[-1])
   print(result)
-  return result['bfc_held_bytes']
+  return result
+
+
+def _HeldBytes(schedule: str, loop_min_micro_batches: int) -> int:
+  return _Bytes(schedule, loop_min_micro_batches)['bfc_held_bytes']
 
 
 def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one():
@@ -31,3 +39,16 @@ def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one():
   unrolled = _HeldBytes('one_f_one_b', 0)
   loop = _HeldBytes('one_f_one_b', 2)
   assert loop <= unrolled + 2**20, (loop, unrolled)
+
+
+@pytest.mark.parametrize('schedule,bound', [('one_f_one_b', 1.1), ('zb_h1', 1.2)])
+def test_a_loop_step_peaks_near_the_unrolled_one(schedule, bound):
+  """ffn B256 K=2 M=8. Each deferred factor has an array of its own,
+  gathered straight into its weight's product after the loop, and a
+  split cell's factors wait for their W in a ring: measured 1.06x
+  (1F1B) and 1.15x (ZB-H1) the unrolled step's peak; with the factors
+  packed in one vector per micro-batch, gathered and split after the
+  loop, 1.26x and 1.38x."""
+  unrolled = _Bytes(schedule, 0, batch=256, num_micro=8)['bfc_peak_bytes']
+  loop = _Bytes(schedule, 2, batch=256, num_micro=8)['bfc_peak_bytes']
+  assert loop <= bound * unrolled, (loop / unrolled, loop, unrolled)
