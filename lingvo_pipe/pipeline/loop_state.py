@@ -124,15 +124,23 @@ def Written(i: tf.Tensor, pieces: Pieces, state: Dict[str, Any],
   (WriteSlots, as tensors) and adding its sums."""
   new = dict(state)
   for key in ('ins', 'factors'):
-    new[key] = [[a.write(tf.gather(slots[key][place], i), x)
-                 for a, x in zip(state[key][place], cell[key])]
+    new[key] = [_Write(state[key][place], i, slots[key][place], cell[key])
                 for place, cell in enumerate(pieces)]
   new['sums'] = [[s + u for s, u in zip(state['sums'][place], cell['sums'])]
                  for place, cell in enumerate(pieces)]
   for cell in pieces:
     for key in ('outs', 'dys', 'd_inputs'):
       if cell.get(key):
-        new[key] = [a.write(tf.gather(slots[key][0], i), x) for a, x in zip(state[key], cell[key])]
+        new[key] = _Write(state[key], i, slots[key][0], cell[key])
     if cell.get('loss'):
       new['loss'] = [state['loss'][0] + cell['loss'][0]]
   return new
+
+
+def _Write(arrays: List[tf.TensorArray], i: tf.Tensor, slots: tf.Tensor,
+           values: List[tf.Tensor]) -> List[tf.TensorArray]:
+  """`arrays` with `values` written at iteration i's slot (one lookup for all)."""
+  if not arrays:
+    return []
+  slot = tf.gather(slots, i)
+  return [a.write(slot, x) for a, x in zip(arrays, values)]
