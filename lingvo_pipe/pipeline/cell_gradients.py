@@ -13,7 +13,9 @@ such a weight is its accumulator (if the tape gave it a part too) plus one
 product of the pairs of all micro-batches. A backward split into I and W
 (remat.Decision.split) hands its factor pairs to its W instead
 (TakeSplitFactors), which adds their product into the accumulators
-(AddProducts).
+(AddProducts), or, in a loop step, into a sum the loop carries (Products),
+handed back after it (PutSums): an update of a variable inside a loop
+iteration holds the next iteration back until it is done.
 
 Per step: StartStep; per backward NextSink (the backward is traced per
 sink), Put inside the backward, Keep with the BackwardResult after it; per
@@ -92,6 +94,7 @@ class CellGradients:
     self._returned: List[Optional[tf.Tensor]] = []
     self._factors: FactorPairs = {}
     self._split_factors: FactorPairs = {}
+    self._sums: Dict[int, tf.Tensor] = {}
     self._deferred_only: Set[int] = set()
     self._written: Set[int] = set()  # accumulators holding this step's sum
 
@@ -103,15 +106,15 @@ class CellGradients:
     self._num_micro = max(num_micro, 2)  # accumulated, never returned
     self._backwards = 1
 
-  def ZeroAccumulators(self, theta: NestedMap, every: bool = False) -> None:
+  def ZeroAccumulators(self, theta: NestedMap) -> None:
     """Sets to zero, for a loop step, the accumulators its backwards add
     to: not those of weights whose gradient is all deferred (known once a
-    backward is traced), which thus take no memory, as in an unrolled step;
-    all of them if `every` (a split backward's W's add to them too)."""
+    backward is traced), which thus take no memory, as in an unrolled step
+    (a loop's W's add into sums it carries)."""
     weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
     with tf.device(self._device):
       for i, (acc, w) in enumerate(zip(self._accumulators, weights)):
-        if every or i not in self._deferred_only:
+        if i not in self._deferred_only:
           acc.assign(tf.zeros(tf.shape(w), acc.dtype))
           self._written.add(i)
 
@@ -126,6 +129,15 @@ class CellGradients:
     """Adds factor pairs to this step's, as Keep does."""
     for i, pairs in factors.items():
       self._factors.setdefault(i, []).extend(pairs)
+
+  def PutSums(self, sums: Dict[int, tf.Tensor]) -> None:
+    """Weight gradient sums (of Products) that StepGradients adds in."""
+    self._sums.update(sums)
+
+  def SumSpecs(self, theta: NestedMap, indices: Sequence[int]) -> List[tf.TensorSpec]:
+    """The specs of Products' sums of weights `indices`."""
+    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
+    return [tf.TensorSpec(weights[i].shape, self._accumulators[i].dtype) for i in indices]
 
   def NextSink(self) -> GradSink:
     """The sink of the step's next backward."""
@@ -157,10 +169,10 @@ class CellGradients:
       self._returned = list(result.weight_grads)
     else:
       self._written |= set(range(len(self._accumulators))) - set(result.deferred_only)
+    self._deferred_only = set(result.deferred_only)
     if split:
       self._split_factors = dict(result.factors)
     else:
-      self._deferred_only = set(result.deferred_only)
       for i, pairs in result.factors.items():
         self._factors.setdefault(i, []).extend(pairs)
     self._backwards += 1
@@ -170,15 +182,20 @@ class CellGradients:
     factors, self._split_factors = self._split_factors, {}
     return factors
 
+  def Products(self, factors: FactorPairs) -> Dict[int, tf.Tensor]:
+    """A W's weight gradients: each weight's product of `factors` (one
+    micro-batch's, from TakeSplitFactors), in its accumulator's dtype, on
+    the cell's device."""
+    with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
+      return {i: precision.CastGradients([deferred_grads.Product(factors[i])],
+                                         [self._accumulators[i]])[0] for i in sorted(factors)}
+
   def AddProducts(self, factors: FactorPairs) -> List[tf.Operation]:
-    """A W: adds each weight's product of `factors` (one micro-batch's, from
-    TakeSplitFactors) into its accumulator on the cell's device. Returns
-    the update ops."""
+    """A W: adds Products into the accumulators. Returns the update ops."""
     updates = []
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
-      for i in sorted(factors):
+      for i, g in self.Products(factors).items():
         acc = self._accumulators[i]
-        g = precision.CastGradients([deferred_grads.Product(factors[i])], [acc])[0]
         update = acc.assign_add if i in self._written else acc.assign
         updates.append(update(g, read_value=False))
         self._written.add(i)
@@ -203,6 +220,8 @@ class CellGradients:
         parts = [] if taped is None else [taped]
         if i in self._factors:
           parts.append(deferred_grads.Product(self._factors[i]))
+        if i in self._sums:
+          parts.append(self._sums[i])
         parts = precision.CastGradients(parts, [self._accumulators[i]] * len(parts))
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
     return grads

@@ -21,7 +21,8 @@ its own, and statistics and loss sums. Weight gradients add into the
 cells' accumulators (CellGradients.StartLoopStep, then ZeroAccumulators
 once a probe says which weights defer wholly). A B's factors leave the
 loop, each gathered into its weight's one product after it; an I's wait
-in a ring for its W.
+in a ring for its W, whose products add into sums the loop carries (not
+into the accumulators: the next iteration would wait for the update).
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
@@ -103,10 +104,13 @@ class LoopExecutor:
     self._specs = loop_state.Specs(
         [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
         [loop_arrays.Specs(s) for s in self._update_structs],
-        [loop_probes.FactorSpecs(cell) for cell in self._layouts], loss_spec)
+        [loop_probes.FactorSpecs(cell) for cell in self._layouts],
+        [runner.gradients.SumSpecs(theta, [i for i, _ in layout]) if split else []
+         for runner, theta, layout, split in zip(self._runners[0], self._thetas[0],
+                                                 self._layouts, tables.split)], loss_spec)
     for r, row in enumerate(self._runners):
       for c, runner in enumerate(row):
-        runner.gradients.ZeroAccumulators(self._thetas[r][c], every=tables.split[c])
+        runner.gradients.ZeroAccumulators(self._thetas[r][c])
     self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro)
                     for row in self._runners]
     self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state
@@ -190,7 +194,7 @@ class LoopExecutor:
       def Body(i, token, state):
         with tf.control_dependencies([token]):
           index, m = tf.gather(branches, i), tf.gather(micro, i)
-        idle = loop_state.Idle(self._specs, table.cells)
+        idle = loop_state.Idle(self._specs, table.cells, state)
         fns = [self._Branch(r, d, b, m, thetas, state, idle) for b in used]
         flat = tf.switch_case(index, fns)
         with tf.control_dependencies(flat):
@@ -220,9 +224,7 @@ class LoopExecutor:
         elif kind == X:
           done = self._Backward(r, c, m, theta, place, state, pieces[place])
         elif kind == W:
-          slot = m % self._tables.factor_rings[c]
-          done = runner.WeightBackward(loop_probes.Pairs(
-              [a.read(slot) for a in state['factors'][place]], self._layouts[c]))
+          done = self._Weights(c, m, runner, state['factors'][place], pieces[place])
         else:
           done = self._Kept(r, m, theta, pieces[place])
         flat = loop_state.Flatten(pieces)
@@ -281,11 +283,11 @@ class LoopExecutor:
       x = self._StepInputs(r, m)
     else:
       slot = m % loop_state.InputDepth(self._tables, c)
-      x = tf.nest.pack_sequence_as(self._InStruct(c),
-                                   [a.read(slot) for a in state['ins'][place]])
+      x = tf.nest.pack_sequence_as(self._InStruct(c), loop_arrays.Read(
+          state['ins'][place], slot, self._specs.ins[c]))
     if c == last:
       depth = loop_state.LossGradientDepth(self._specs, self._tables)
-      flat_dy = [a.read(m % depth) for a in state['dys']]
+      flat_dy = loop_arrays.Read(state['dys'], m % depth, self._specs.outs[c])
     else:
       flat_dy = loop_queues.Dequeue(self._queues[r]['grads'][c][1])
     dy = tf.nest.pack_sequence_as(self._out_structs[c], flat_dy)
@@ -302,6 +304,18 @@ class LoopExecutor:
       pieces['d_inputs'] = flat[:num_in]
       return []
     return [self._queues[r]['grads'][c - 1][0].enqueue(flat[:num_in])]
+
+  def _Weights(self, c: int, m: tf.Tensor, runner: cell_runner.CellRunner,
+               factors: List[tf.TensorArray], pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
+    """W: the products of micro-batch m's factors (from their ring) added
+    to cell c's weight sums."""
+    slot = m % self._tables.factor_rings[c]
+    products = runner.gradients.Products(
+        loop_probes.Pairs(loop_arrays.Read(factors, slot, self._specs.factors[c]),
+                          self._layouts[c]))
+    pieces['weight_sums'] = [s + products[i]
+                             for s, (i, _) in zip(pieces['weight_sums'], self._layouts[c])]
+    return []
 
   def _Kept(self, r: int, m: tf.Tensor, theta: NestedMap,
             pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
@@ -333,7 +347,8 @@ class LoopExecutor:
     per_replica = []
     for r, row in enumerate(self._runners):
       with tf.device(row[-1].device):
-        columns = [loop_arrays.Unstacked(a, self._num_micro) for a in self._LastState(r)['outs']]
+        columns = loop_arrays.Unstacked(self._LastState(r)['outs'], self._num_micro,
+                                        self._specs.outs[-1])
         per_replica.append([tuple(tf.nest.pack_sequence_as(self._out_structs[-1], list(f)))
                             for f in zip(*columns)])
     return per_replica
@@ -350,9 +365,11 @@ class LoopExecutor:
     for r, row in enumerate(self._runners):
       state = self._state[r][self._tables.DeviceOf(0)]
       with tf.device(row[0].device):
-        columns = [loop_arrays.Unstacked(a, self._num_micro) if IsDifferentiable(x)
-                   else [None] * self._num_micro
-                   for a, x in zip(state['d_inputs'], tf.nest.flatten(self._input_struct))]
+        columns = [column if IsDifferentiable(x) else [None] * self._num_micro
+                   for column, x in zip(
+                       loop_arrays.Unstacked(state['d_inputs'], self._num_micro,
+                                             self._specs.ins[0]),
+                       tf.nest.flatten(self._input_struct))]
       input_grads.append([list(g) for g in zip(*columns)])
     losses = [self._LastState(r)['loss'][0] for r in replicas if self._LastState(r)['loss']]
     with tf.device(self._plan.devices[-1].name):
@@ -361,12 +378,16 @@ class LoopExecutor:
 
   def _CellGradients(self, r: int, c: int) -> List[Any]:
     """Cell c's step gradients in replica r, from the state after its
-    device's loop (a B's factor pairs gathered from their array)."""
+    device's loop: a B's factor pairs gathered from their arrays, or a
+    split cell's weight sums."""
     runner = self._runners[r][c]
-    if not self._tables.split[c]:
-      micro = list(range(self._num_micro))
+    if self._tables.split[c]:
+      runner.gradients.PutSums({i: s for s, (i, _) in zip(self._Lane(r, c, 'weight_sums'),
+                                                          self._layouts[c])})
+    else:
       with tf.device(runner.device):
-        runner.gradients.PutFactors(loop_probes.Pairs(
-            [a.gather(micro) for a in self._Lane(r, c, 'factors')], self._layouts[c]))
+        runner.gradients.PutFactors(loop_probes.Pairs(loop_arrays.Gathered(
+            self._Lane(r, c, 'factors'), self._num_micro, self._specs.factors[c]),
+            self._layouts[c]))
     return runner.gradients.StepGradients(self._thetas[r][c])
 

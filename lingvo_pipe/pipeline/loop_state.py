@@ -3,8 +3,9 @@
 Per cell on the device: 'ins' (its inputs, from its forward to its
 backward's recomputation, in a ring; none for cell 0, whose come from
 the step's inputs), 'factors' (its backwards' deferred factors, an array
-each: all M of a B's, an I's in a ring until its W) and 'sums'
-(statistics); the last cell's 'outs', 'dys' (its
+each: all M of a B's, an I's in a ring until its W), 'sums'
+(statistics) and a split cell's 'weight_sums' (its W's products, which
+every other action passes on); the last cell's 'outs', 'dys' (its
 loss gradients: a ring with the loss inside, else all M, from outside)
 and 'loss'; cell 0's 'd_inputs'. An iteration's branch yields pieces
 for all of them; every array is written every iteration, a piece the
@@ -27,12 +28,14 @@ Pieces = List[Dict[str, List[tf.Tensor]]]  # per cell on the device, per key
 
 @dataclasses.dataclass(frozen=True)
 class Specs:
-  """Per cell the TensorSpecs of its inputs, outputs, statistics and
-  deferred factors; the loss's, None without the loss inside."""
+  """Per cell the TensorSpecs of its inputs, outputs, statistics,
+  deferred factors and weight sums (none unless split); the loss's, None
+  without the loss inside."""
   ins: List[List[tf.TensorSpec]]
   outs: List[List[tf.TensorSpec]]
   updates: List[List[tf.TensorSpec]]
   factors: List[List[tf.TensorSpec]]
+  weight_sums: List[List[tf.TensorSpec]]
   loss: Optional[tf.TensorSpec]
 
 
@@ -56,7 +59,8 @@ def Initial(specs: Specs, tables: loop_tables.LoopTables, cells: List[int]) -> D
            for c in cells],
       factors=[loop_arrays.Arrays(specs.factors[c], tables.factor_rings[c] + 1)
                for c in cells],
-      sums=[loop_arrays.Zeros(specs.updates[c]) for c in cells])
+      sums=[loop_arrays.Zeros(specs.updates[c]) for c in cells],
+      weight_sums=[loop_arrays.FreshZeros(specs.weight_sums[c]) for c in cells])
   if last in cells:
     state.update(outs=loop_arrays.Arrays(specs.outs[last], num_micro + 1),
                  dys=loop_arrays.Arrays(specs.outs[last], LossGradientDepth(specs, tables) + 1),
@@ -82,15 +86,17 @@ def WriteSlots(specs: Specs, tables: loop_tables.LoopTables,
   return slots
 
 
-def Idle(specs: Specs, cells: List[int]) -> Pieces:
+def Idle(specs: Specs, cells: List[int], state: Dict[str, Any]) -> Pieces:
   """The pieces of `cells` when they run nothing: zeros where summed
-  (statistics, loss), else unset."""
+  (statistics, loss), the weight sums of `state` as they are, else
+  unset."""
   last = len(specs.outs) - 1
   idle = []
-  for c in cells:
+  for place, c in enumerate(cells):
     pieces = dict(ins=loop_arrays.Unset(specs.ins[c]) if c else [],
                   factors=loop_arrays.Unset(specs.factors[c]),
-                  sums=loop_arrays.Zeros(specs.updates[c]))
+                  sums=loop_arrays.Zeros(specs.updates[c]),
+                  weight_sums=list(state['weight_sums'][place]))
     if c == last:
       inside = specs.loss is not None
       pieces.update(outs=loop_arrays.Unset(specs.outs[c]),
@@ -128,6 +134,7 @@ def Written(i: tf.Tensor, pieces: Pieces, state: Dict[str, Any],
                 for place, cell in enumerate(pieces)]
   new['sums'] = [[s + u for s, u in zip(state['sums'][place], cell['sums'])]
                  for place, cell in enumerate(pieces)]
+  new['weight_sums'] = [cell['weight_sums'] for cell in pieces]
   for cell in pieces:
     for key in ('outs', 'dys', 'd_inputs'):
       if cell.get(key):

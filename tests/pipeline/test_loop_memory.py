@@ -41,14 +41,16 @@ def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one():
   assert loop <= unrolled + 2**20, (loop, unrolled)
 
 
-@pytest.mark.parametrize('schedule,bound', [('one_f_one_b', 1.1), ('zb_h1', 1.2)])
-def test_a_loop_step_peaks_near_the_unrolled_one(schedule, bound):
+@pytest.mark.parametrize('schedule', ['one_f_one_b', 'zb_h1'])
+def test_a_loop_step_peaks_near_the_unrolled_one(schedule):
   """ffn B256 K=2 M=8. Each deferred factor has an array of its own,
-  gathered straight into its weight's product after the loop, and a
-  split cell's factors wait for their W in a ring: measured 1.06x
-  (1F1B) and 1.15x (ZB-H1) the unrolled step's peak; with the factors
-  packed in one vector per micro-batch, gathered and split after the
-  loop, 1.26x and 1.38x."""
+  gathered straight into its weight's product after the loop; a split
+  cell's factors wait for their W in a ring, and its W's add into sums
+  the loop carries; what goes to an array's spare slot is empty. Measured
+  1.01x (1F1B) and 1.00x (ZB-H1) the unrolled step's peak; with the
+  factors packed in one vector per micro-batch, gathered and split after
+  the loop, 1.26x and 1.38x; then with the ring, the W's adding into the
+  accumulators and full-size tensors to the spare slots, 1.06x and 1.13x."""
   unrolled = _Bytes(schedule, 0, batch=256, num_micro=8)['bfc_peak_bytes']
   loop = _Bytes(schedule, 2, batch=256, num_micro=8)['bfc_peak_bytes']
-  assert loop <= bound * unrolled, (loop / unrolled, loop, unrolled)
+  assert loop <= 1.1 * unrolled, (loop / unrolled, loop, unrolled)
