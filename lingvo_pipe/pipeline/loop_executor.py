@@ -104,7 +104,8 @@ class LoopExecutor:
     self._specs = loop_state.Specs(
         [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
         [loop_arrays.Specs(s) for s in self._update_structs],
-        [loop_probes.FactorSpecs(cell) for cell in self._layouts],
+        [loop_probes.FactorSpecs(layout, split)
+         for layout, split in zip(self._layouts, tables.split)],
         [runner.gradients.SumSpecs(theta, [i for i, _ in layout]) if split else []
          for runner, theta, layout, split in zip(self._runners[0], self._thetas[0],
                                                  self._layouts, tables.split)], loss_spec)
@@ -297,7 +298,7 @@ class LoopExecutor:
   def _InputGrads(self, r: int, c: int, x: tuple, dx: List[Any],
                   pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
     flat = loop_probes.FlatBackward(x, dx, self._runners[r][c].gradients,
-                                    self._tables.split[c])
+                                    self._tables.split[c], self._layouts[c])
     num_in = len(self._specs.ins[c])
     pieces['factors'] = flat[num_in:]
     if c == 0:
@@ -312,7 +313,7 @@ class LoopExecutor:
     slot = m % self._tables.factor_rings[c]
     products = runner.gradients.Products(
         loop_probes.Pairs(loop_arrays.Read(factors, slot, self._specs.factors[c]),
-                          self._layouts[c]))
+                          self._layouts[c], packed=True))
     pieces['weight_sums'] = [s + products[i]
                              for s, (i, _) in zip(pieces['weight_sums'], self._layouts[c])]
     return []
@@ -388,6 +389,6 @@ class LoopExecutor:
       with tf.device(runner.device):
         runner.gradients.PutFactors(loop_probes.Pairs(loop_arrays.Gathered(
             self._Lane(r, c, 'factors'), self._num_micro, self._specs.factors[c]),
-            self._layouts[c]))
+            self._layouts[c], packed=False))
     return runner.gradients.StepGradients(self._thetas[r][c])
 
