@@ -2,8 +2,9 @@
 
 Per cell on the device: 'ins' (its inputs, from its forward to its
 backward's recomputation, in a ring; none for cell 0, whose come from
-the step's inputs), 'factors' (its backwards' deferred factors, an array
-each: all M of a B's, an I's in a ring until its W), 'sums'
+the step's inputs), 'factors' (its backwards' deferred factors as
+loop_probes.FactorSpecs says: all M of a B's, an I's in a ring until
+its W), 'sums'
 (statistics) and a split cell's 'weight_sums' (its W's products, which
 every other action passes on); the last cell's 'outs', 'dys' (its
 loss gradients: a ring with the loss inside, else all M, from outside)
