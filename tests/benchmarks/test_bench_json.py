@@ -51,6 +51,14 @@ def test_json_has_the_documented_keys_and_types(args, expected):
   assert result['graph_ops'] > 0
 
 
+def test_zb_v_runs_its_two_cells_a_device_on_k_devices():
+  """--schedule=zb_v needs no --cells_per_device=2: K=2 devices hold its
+  four cells (before, the layers went into K*1 cells, ZB-V's V on one
+  device, and nothing said so)."""
+  result = _Run('--num_layers=4', '--k=2', '--m=2', '--schedule=zb_v')
+  assert (result['K'], result['cells_per_device']) == (2, 2), result
+
+
 def test_contention_bench_json():
   cmd = runner.Command(argv=(sys.executable, '-m', 'benchmarks.contention_bench',
                              '--weights=2', '--passes=2', '--repeats=2'),
