@@ -17,9 +17,9 @@ lives in its loop's own arrays, written at every iteration (to a spare
 slot when nothing is due): a cell's inputs from its forward to its
 backward (its recomputation), the last cell's loss gradients from its
 forward to its backward, a split cell's factors from its I to its W,
-each in a ring of slots m mod S, S the smallest
-depth at which no micro-batch's write comes before the last read of the
-micro-batch it overwrites (positions in the device's actions).
+each in a ring of slots m mod S, S the smallest depth at which no
+micro-batch's write comes before the last read of the micro-batch it
+overwrites (positions in the device's actions).
 """
 
 import dataclasses

@@ -43,7 +43,7 @@ def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one():
 
 @pytest.mark.parametrize('schedule', ['one_f_one_b', 'zb_h1'])
 def test_a_loop_step_peaks_near_the_unrolled_one(schedule):
-  """ffn B256 K=2 M=8. Each deferred factor has an array of its own,
+  """ffn B256 K=2 M=8. A B's deferred factors have an array each,
   gathered straight into its weight's product after the loop; a split
   cell's factors wait for their W in a ring, and its W's add into sums
   the loop carries; what goes to an array's spare slot is empty. Measured
