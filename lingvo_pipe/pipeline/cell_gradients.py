@@ -187,19 +187,23 @@ class CellGradients:
     micro-batch's, from TakeSplitFactors), in its accumulator's dtype, on
     the cell's device."""
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
-      return {i: precision.CastGradients([deferred_grads.Product(factors[i])],
-                                         [self._accumulators[i]])[0] for i in sorted(factors)}
+      return self._Products(factors)
 
   def AddProducts(self, factors: FactorPairs) -> List[tf.Operation]:
     """A W: adds Products into the accumulators. Returns the update ops."""
     updates = []
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
-      for i, g in self.Products(factors).items():
+      for i, g in self._Products(factors).items():
         acc = self._accumulators[i]
         update = acc.assign_add if i in self._written else acc.assign
         updates.append(update(g, read_value=False))
         self._written.add(i)
     return updates
+
+  def _Products(self, factors: FactorPairs) -> Dict[int, tf.Tensor]:
+    """Products' tensors, in the caller's device and scope."""
+    return {i: precision.CastGradients([deferred_grads.Product(factors[i])],
+                                       [self._accumulators[i]])[0] for i in sorted(factors)}
 
   def StepGradients(self, theta: NestedMap) -> List[Optional[tf.Tensor]]:
     """The theta gradients summed over this step's backwards (returned or
