@@ -139,7 +139,7 @@ def _Run() -> dict:
     w = workloads.WORKLOADS['ffn']
     shape = [FLAGS.batch, w.dim]
     model = gpipe.PipeliningLayer.Params().Set(
-        name='model', num_partitions=schedule_flags.NumCells(FLAGS.k),
+        name='model', num_partitions=FLAGS.k * schedule_flags.CellsPerDevice(),
         num_micro_batches=FLAGS.m, num_replicas=FLAGS.replicas, input_shapes=[shape],
         schedule=schedule.ScheduleKind(FLAGS.schedule),
         cells_per_device=FLAGS.cells_per_device,

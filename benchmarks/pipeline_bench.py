@@ -82,7 +82,7 @@ def _BuildModel(workload):
           name='model', sub=layers, fprop_dtype=dtype).Instantiate()
   from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
   return gpipe.PipeliningLayer.Params().Set(
-      name='model', layers=layers, num_partitions=schedule_flags.NumCells(FLAGS.k),
+      name='model', layers=layers, num_partitions=FLAGS.k * schedule_flags.CellsPerDevice(),
       num_micro_batches=FLAGS.m, input_shapes=[workload.input_shape],
       remat=gpipe.RematPolicy(FLAGS.remat),
       remat_last_micro_batch=FLAGS.remat_last_micro_batch, fprop_dtype=dtype,
@@ -149,7 +149,7 @@ def Run(workload_name: str) -> dict:
       remat='none' if FLAGS.baseline else FLAGS.remat,
       remat_last_micro_batch=FLAGS.remat_last_micro_batch and not FLAGS.baseline,
       schedule='none' if FLAGS.baseline else FLAGS.schedule,
-      cells_per_device=1 if FLAGS.baseline else schedule_flags.NumCells(FLAGS.k) // FLAGS.k,
+      cells_per_device=1 if FLAGS.baseline else schedule_flags.CellsPerDevice(),
       loop_min_micro_batches=0 if FLAGS.baseline else FLAGS.loop_min_micro_batches,
       step_s_median=statistics.median(times), step_s_min=min(times),
       first_step_s=first_step_s,

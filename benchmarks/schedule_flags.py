@@ -24,8 +24,7 @@ def Define() -> None:
                        '(0: unrolled).')
 
 
-def NumCells(num_devices: int) -> int:
-  """k*v: the cells of --schedule on `num_devices` devices, v its own
-  (ZB-V's 2) unless --cells_per_device gives it."""
+def CellsPerDevice() -> int:
+  """v of --schedule: its own (ZB-V's 2) unless --cells_per_device gives it."""
   kind = built_in.ScheduleKind(flags.FLAGS.schedule)
-  return num_devices * built_in.CellsPerDeviceParam(kind, flags.FLAGS.cells_per_device)
+  return built_in.CellsPerDeviceParam(kind, flags.FLAGS.cells_per_device)
