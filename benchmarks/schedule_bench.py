@@ -15,6 +15,9 @@ all of them alike):
   loop_zb the same for ZB-H1 and ZB-V (v=2), ffn K=4 at M in {4, 16, 64}
   loop_k2 the same for every schedule at ffn B256 K=2, one intra-op thread
           per device (each device a core), M in {4, 16, 64}
+  loop_default  the same at M in {32, 64, 128} with 4-row micro-batches:
+          per schedule the M from which the loop step stays within 5% of
+          the unrolled one (PipeliningLayer's loop default, plan.py)
   simulated  the simulator's bubble against the timeline's: every
           schedule at ffn B256 K=2 M=8, one intra-op thread per device,
           remat none and per cell, costs measured on the same timeline
@@ -42,7 +45,8 @@ from benchmarks import analysis
 from benchmarks import runner
 from benchmarks import schedule_flags
 
-SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb', 'loop_k2', 'simulated')
+SECTIONS = ('memory', 'bubble', 'loop', 'loop_1f1b', 'loop_zb', 'loop_k2', 'loop_default',
+            'simulated')
 
 FLAGS = flags.FLAGS
 
@@ -140,21 +144,33 @@ def _RenderSimulated(simulated: Dict[str, dict]) -> List[str]:
   return lines + ['']
 
 
-# The loop sections: (row prefix, K, Ms, pipeline_bench flags) per group.
+# M of the loop_default section, and how much slower than the unrolled
+# step a loop step may be from the M that section chooses on.
+LOOP_DEFAULT_MS = (32, 64, 128)
+LOOP_DEFAULT_TOLERANCE = 1.05
+
+# The loop sections: (row prefix, K, Ms, pipeline_bench flags, examples per
+# micro-batch: the batch is that times M; 0: the flags' batch) per group.
 LOOP_GROUPS = {
-    'loop': (('ffn', 4, (4, 16, 64), ['--workload=ffn']),
+    'loop': (('ffn', 4, (4, 16, 64), ['--workload=ffn'], 0),
              ('transformer', 8, (8, 32),
-              ['--workload=transformer', '--num_layers=16', '--batch=32'])),
+              ['--workload=transformer', '--num_layers=16', '--batch=32'], 0)),
     'loop_1f1b': (('ffn_1f1b', 4, (4, 16, 64),
-                   ['--workload=ffn', '--schedule=one_f_one_b']),),
-    'loop_zb': (('ffn_zb_h1', 4, (4, 16, 64), ['--workload=ffn', '--schedule=zb_h1']),
+                   ['--workload=ffn', '--schedule=one_f_one_b'], 0),),
+    'loop_zb': (('ffn_zb_h1', 4, (4, 16, 64), ['--workload=ffn', '--schedule=zb_h1'], 0),
                 ('ffn_zb_v', 4, (4, 16, 64),
-                 ['--workload=ffn', '--schedule=zb_v', '--cells_per_device=2'])),
+                 ['--workload=ffn', '--schedule=zb_v', '--cells_per_device=2'], 0)),
     'loop_k2': tuple(
         (f'ffn_b256_{schedule}', 2, (4, 16, 64),
          ['--workload=ffn', '--batch=256', f'--schedule={schedule}',
           f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
-          '--intra_op_threads=1', '--inter_op_threads=2'])
+          '--intra_op_threads=1', '--inter_op_threads=2'], 0)
+        for schedule in schedule_flags.SCHEDULES),
+    'loop_default': tuple(
+        (f'ffn_rows4_{schedule}', 2, LOOP_DEFAULT_MS,
+         ['--workload=ffn', f'--schedule={schedule}',
+          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
+          '--intra_op_threads=1', '--inter_op_threads=2'], 4)
         for schedule in schedule_flags.SCHEDULES),
 }
 LOOP_TITLES = {
@@ -163,18 +179,34 @@ LOOP_TITLES = {
     'loop_zb': 'The loop against the unrolled step: ZB-H1 and ZB-V',
     'loop_k2': ('The loop against the unrolled step: every schedule, ffn B256, K=2, '
                 'one thread per device'),
+    'loop_default': ('Where the loop becomes the default: every schedule, ffn with '
+                     '4-row micro-batches (B = 4M), K=2, one thread per device'),
 }
 
 
 def LoopEntries(section: str = 'loop') -> Dict[str, List[str]]:
   """Each group's configurations at each M, unrolled and looped."""
   entries = {}
-  for prefix, k, ms, args in LOOP_GROUPS[section]:
+  for prefix, k, ms, args, rows in LOOP_GROUPS[section]:
     for m in ms:
+      batch = [f'--batch={rows * m}'] if rows else []
       for emission, loop in (('unrolled', 0), ('loop', 2)):
-        entries[f'{prefix}_K{k}_M{m}_{emission}'] = args + [
+        entries[f'{prefix}_K{k}_M{m}_{emission}'] = args + batch + [
             f'--k={k}', f'--m={m}', f'--loop_min_micro_batches={loop}']
   return entries
+
+
+def LoopFromM(step_ratios: Dict[int, Optional[float]]) -> Optional[int]:
+  """The smallest M from which the loop's step is at most
+  LOOP_DEFAULT_TOLERANCE times the unrolled one at every measured M
+  (`step_ratios`: M -> loop / unrolled), None if not even at the largest."""
+  chosen = None
+  for m in sorted(step_ratios, reverse=True):
+    ratio = step_ratios[m]
+    if ratio is None or ratio > LOOP_DEFAULT_TOLERANCE:
+      break
+    chosen = m
+  return chosen
 
 
 def Measure(entries: Dict[str, List[str]], steps: int, warmup: int) -> Dict[str, dict]:
@@ -237,10 +269,15 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
             'With B fixed, M=64 makes micro-batches of B/64 rows, and each streams every '
             'weight through the cache once per cell call, so the step itself '
             'grows with M in either emission.', '']
-  for workload, k, ms, _ in LOOP_GROUPS[section]:
+  for workload, k, ms, _, _ in LOOP_GROUPS[section]:
     def Get(m, emission, key):
       entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
       return runner.Median(entry['runs'], key) if entry else None
+    chosen = LoopFromM({m: runner.Ratio(Get(m, 'loop', 'step_s_median'),
+                                        Get(m, 'unrolled', 'step_s_median')) for m in ms})
+    lines.append(f'- {workload} K={k}: the loop step within '
+                 f'{LOOP_DEFAULT_TOLERANCE:.2f}x of the unrolled one from M='
+                 f"{chosen if chosen else 'never (at the measured M)'}")
     for emission in ('unrolled', 'loop'):
       growth = runner.Ratio(Get(ms[-1], emission, 'first_step_s'),
                             Get(ms[0], emission, 'first_step_s'))
