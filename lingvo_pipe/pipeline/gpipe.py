@@ -2,11 +2,11 @@
 
 The layer holds the params, the layers and the plan resolved once
 (plan.py); one executor runs the plan's actions, unrolled (executor.py)
-or as one loop per device (loop_executor.py) with M >=
-p.loop_min_micro_batches. FProp trains with the loss outside the pipeline
-(fill-drain), FPropWithLoss with the loss inside (any schedule); both are
-one custom gradient (train_step.py). Batch-norm statistics are summed
-over micro-batches and applied once per step.
+or as one loop per device (loop_executor.py) from plan.LoopFromM's M.
+FProp trains with the loss outside the pipeline (fill-drain),
+FPropWithLoss with the loss inside (any schedule); both are one custom
+gradient (train_step.py). Batch-norm statistics are summed over
+micro-batches and applied once per step.
 """
 
 from typing import Any, List, Optional, Tuple
@@ -114,11 +114,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
              "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
-    p.Define('loop_min_micro_batches', 0, 'Train with M >= this as one '
-             'tf.while_loop per device (loop_executor): a step graph of a '
-             'few calls per cell whatever M, for every schedule and replicas; '
-             "every micro-batch recomputed but the last cell's that remat "
-             'keeps. 0: never, always the unrolled emission (executor).')
+    p.Define('loop_min_micro_batches', None, 'Train with M >= this as one '
+             'tf.while_loop per device (loop_executor): a step graph of a few calls '
+             "per cell whatever M; every micro-batch recomputed but the last cell's "
+             'that remat keeps. 0: never (unrolled, executor); None: from where it '
+             'was measured no slower (plan.LoopFromM, docs/schedules.md).')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
@@ -273,9 +273,9 @@ class PipeliningLayer(base_layer.BaseLayer):
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
                 ) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches.
-    The one place that chooses the emission: a loop per device
-    (loop_executor) for training with M >= p.loop_min_micro_batches, else
-    unrolled (executor). Evaluation runs replica 0 on the whole batch."""
+    The one place that chooses the emission: in training from plan.LoopFromM's
+    M a loop per device (loop_executor), else unrolled (executor); evaluation
+    runs replica 0 on the whole batch."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
                                              inputs, num_micro)

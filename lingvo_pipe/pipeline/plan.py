@@ -19,12 +19,23 @@ from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule as clock_tables
 from lingvo_pipe.pipeline import schedule_text
 from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 ScheduleSpec = Union[ScheduleKind, str]  # a built-in kind, or a text
+
+# From which M a built-in schedule trains as one loop per device when
+# p.loop_min_micro_batches is None (the default): the M that
+# benchmarks/schedule_bench's loop_default section chose, the smallest
+# measured (32, 64, 128) from which the loop's step stays within 5% of the
+# unrolled one (docs/schedules.md). Absent: never, the loop is slower even
+# at M=128 (ZB-H2 1.065x, ZB-V 1.191x).
+LOOP_FROM_M: Dict[ScheduleKind, int] = {
+    ScheduleKind.GPIPE: 128, ScheduleKind.ONE_F_ONE_B: 128,
+    ScheduleKind.INTERLEAVED: 128, ScheduleKind.ZB_H1: 128}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +52,8 @@ class Plan:
     replica_devices: [replica][cell] the device of each cell of each replica.
     policy: the RematPolicy.
     remat_last_micro_batch: p.remat_last_micro_batch.
-    loop_min_micro_batches: train as a loop per device from this M (0: never).
+    loop_min_micro_batches: train as a loop per device from this M (0:
+      never); LoopFromM of the params.
   """
   name: str
   spec: ScheduleSpec
@@ -134,7 +146,22 @@ def FromParams(p: Any, num_cells: int,
   local devices must exist in this process."""
   return Make(p.name, p.schedule_text or p.schedule, num_cells, p.cells_per_device,
               p.num_replicas, devices, p.consecutive_cells_per_device, p.remat,
-              p.remat_last_micro_batch, p.loop_min_micro_batches, check_devices)
+              p.remat_last_micro_batch, LoopFromM(p), check_devices)
+
+
+def LoopFromM(p: Any) -> int:
+  """From which M PipeliningLayer params `p` train as a loop per device:
+  p.loop_min_micro_batches, or for None LOOP_FROM_M's M where it was
+  measured (a built-in schedule, per-cell remat, cells not compiled), else
+  0, never: under RematPolicy.NONE the loop would recompute what the
+  unrolled step keeps, and a text may order a boundary's micro-batches in
+  a way the loop refuses (loop_tables)."""
+  if p.loop_min_micro_batches is not None:
+    return p.loop_min_micro_batches
+  if (p.schedule_text or p.remat != remat.RematPolicy.PER_CELL or
+      p.jit_compile != CellCompilation.NONE):
+    return 0
+  return LOOP_FROM_M.get(p.schedule, 0)
 
 
 def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,

@@ -9,7 +9,10 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import schedule_text
+from lingvo_pipe.pipeline.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
@@ -108,6 +111,35 @@ def test_below_the_switch_point_the_step_is_unrolled():
   layers, shape = models.FfnLayers()
   pipe = models.Pipeline(layers, shape, 2, 4, loop_min_micro_batches=8, schedule=ONE_F)
   assert not any(n.op == 'While' for n in _Nodes(pipe, shape, 4))
+
+
+@pytest.mark.parametrize('kwargs,loop_from', [
+    (dict(), plan_lib.LOOP_FROM_M.get(ScheduleKind.GPIPE, 0)),
+    (dict(schedule=ONE_F), plan_lib.LOOP_FROM_M.get(ONE_F, 0)),
+    (dict(loop_min_micro_batches=0), 0),
+    (dict(loop_min_micro_batches=3), 3),
+    # Measured only with per-cell remat and uncompiled cells: not the default else.
+    (dict(remat=RematPolicy.NONE), 0),
+    (dict(remat=RematPolicy.PER_LAYER), 0),
+    (dict(jit_compile=CellCompilation.XLA), 0),
+    # A text may order a boundary's micro-batches in a way the loop refuses.
+    (dict(schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1'), 0),
+])
+def test_the_loop_starts_where_the_schedule_s_was_measured_no_slower(kwargs, loop_from):
+  p = gpipe.PipeliningLayer.Params().Set(name='pipe', num_partitions=2, **kwargs)
+  assert plan_lib.LoopFromM(p) == loop_from
+
+
+@pytest.mark.skipif(ScheduleKind.GPIPE not in plan_lib.LOOP_FROM_M,
+                    reason='fill-drain never loops by default')
+def test_by_default_fill_drain_loops_from_its_measured_m():
+  layers, shape = models.FfnLayers(dim=8)
+  m = plan_lib.LOOP_FROM_M[ScheduleKind.GPIPE]
+  shape = [m] + shape[1:]
+  for num_micro, loops in ((m // 2, False), (m, True)):
+    pipe = models.Pipeline(layers, shape, 2, num_micro)
+    nodes = _Nodes(pipe, shape, num_micro, loss_inside=False)
+    assert any(n.op == 'While' for n in nodes) == loops, num_micro
 
 
 @pytest.mark.parametrize('replicas', [1, 2])
