@@ -100,6 +100,17 @@ def BuiltPipelines(task: Any) -> List[Pipeline]:
   return found
 
 
+def _Emission(resolved: plan_lib.Plan, num_micro: Optional[int]) -> str:
+  """How the pipeline's training step is emitted at M=num_micro (None:
+  unknown), and from which M it loops (loop_min_micro_batches)."""
+  start = resolved.loop_min_micro_batches
+  if not start:
+    return 'unrolled at every M (loop_min_micro_batches)'
+  now = ('' if num_micro is None else
+         f'{"a loop per device" if resolved.Loops(num_micro) else "unrolled"} at M={num_micro}; ')
+  return f'{now}a loop per device from M={start} (loop_min_micro_batches)'
+
+
 def _Human(n: float) -> str:
   for unit in ('', 'K', 'M', 'G', 'T'):
     if abs(n) < 1000:
@@ -228,6 +239,7 @@ def ModelPlan(task_params: hyperparams.Params,
     for r, row in enumerate(places[1:], start=1):
       lines.append(f'  replica {r}: ' + ', '.join(
           f'cell {k} on {d.name}' for k, d in enumerate(row)))
+    lines.append(f'  training step: {_Emission(resolved, num_micro)}')
     lines.extend(_PlannerTable(p, num_devices, num_micro, budget_bytes, optimizer_slots,
                                RunnableSchedules(owner)))
   if not lines:

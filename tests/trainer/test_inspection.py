@@ -2,10 +2,13 @@
 
 import re
 
+import pytest
+
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.remat import RematPolicy
 from trainer import inspection
 
 
@@ -20,7 +23,7 @@ def _Task(num_partitions=2, num_micro_batches=4, owner=_EverySchedule, **kwargs)
   task = hyperparams.InstantiableParams(owner)
   task.Define('pipeline', gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=num_partitions,
-      num_micro_batches=num_micro_batches, input_shapes=[[32, 64]], **kwargs), '')
+      num_micro_batches=num_micro_batches, **{'input_shapes': [[32, 64]], **kwargs}), '')
   return task
 
 
@@ -35,6 +38,7 @@ def test_model_plan_prints_candidates_around_the_configuration():
   assert 'K=2 cells, M=4 micro-batches' in text
   assert 'budget 1024 MiB per device' in text
   assert 'K=2 cells, M=4 micro-batches, remat PER_CELL, schedule GPIPE' in text
+  assert 'training step: unrolled at M=4; a loop per device from M=128' in text
   rows = _PlannerRows(text)
   # Fill-drain and 1F1B: K in {1, 2, 4}; interleaved, two cells a device
   # of the four layers: K in {1, 2}; every M and remat.
@@ -44,6 +48,17 @@ def test_model_plan_prints_candidates_around_the_configuration():
         (k, m) for k in ks for m in ('2', '4', '8')}
   assert {r[3] for r in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
   assert [r[0] for r in rows].count(True) == 1
+
+
+@pytest.mark.parametrize('kwargs,emission', [
+    (dict(num_micro_batches=128, input_shapes=[[128, 64]]),
+     'a loop per device at M=128; a loop per device from M=128'),
+    (dict(loop_min_micro_batches=0), 'unrolled at every M'),
+    (dict(remat=RematPolicy.NONE), 'unrolled at every M'),
+])
+def test_model_plan_says_how_the_training_step_runs(kwargs, emission):
+  assert f'training step: {emission} (loop_min_micro_batches)' in inspection.ModelPlan(
+      _Task(**kwargs))
 
 
 def test_the_planner_weighs_only_the_schedules_the_owner_trains():
