@@ -6,6 +6,7 @@ import sys
 from benchmarks import runner
 from benchmarks import schedule_bench
 from benchmarks import workloads
+from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline.remat import RematPolicy
 from lingvo_pipe.pipeline.schedule import ScheduleKind
@@ -29,6 +30,35 @@ def test_entries_compare_like_with_like():
   one_f = schedule_bench.LoopEntries('loop_1f1b')
   assert {'--schedule=one_f_one_b', '--loop_min_micro_batches=2'} <= set(
       one_f['ffn_1f1b_K4_M64_loop'])
+
+
+def test_loop_default_entries_keep_micro_batches_of_four_rows():
+  entries = schedule_bench.LoopEntries('loop_default')
+  assert '--batch=512' in entries['ffn_rows4_zb_h1_K2_M128_loop']
+  assert '--batch=128' in entries['ffn_rows4_gpipe_K2_M32_unrolled']
+
+
+def test_the_loop_starts_from_the_smallest_m_no_slower_at_every_larger_one():
+  assert schedule_bench.LoopFromM({32: 1.0, 64: 1.01, 128: 1.02}) == 32
+  assert schedule_bench.LoopFromM({32: 1.02, 64: 1.06, 128: 1.01}) == 128
+  assert schedule_bench.LoopFromM({32: 1.01, 64: 1.02, 128: 1.06}) is None
+  assert schedule_bench.LoopFromM({32: 1.01, 64: None, 128: 1.0}) == 128
+
+
+def test_the_loop_default_is_what_the_committed_measurements_chose():
+  """plan.LOOP_FROM_M holds, per built-in schedule, the M that the
+  loop_default section of docs/benchmarks/schedules.json chose."""
+  results = json.loads((runner.REPO_ROOT / 'docs' / 'benchmarks' /
+                        'schedules.json').read_text())['loop_default']
+  chosen = {}
+  for prefix, k, ms, args, _ in schedule_bench.LOOP_GROUPS['loop_default']:
+    def Step(m, emission, prefix=prefix, k=k):
+      return runner.Median(results[f'{prefix}_K{k}_M{m}_{emission}']['runs'], 'step_s_median')
+    m = schedule_bench.LoopFromM({m: Step(m, 'loop') / Step(m, 'unrolled') for m in ms})
+    if m:
+      schedule = next(a for a in args if a.startswith('--schedule=')).split('=')[1]
+      chosen[ScheduleKind[schedule.upper()]] = m
+  assert chosen == plan_lib.LOOP_FROM_M
 
 
 def test_portable_commands():
