@@ -196,10 +196,11 @@ def LoopEntries(section: str = 'loop') -> Dict[str, List[str]]:
   return entries
 
 
-def LoopFromM(step_ratios: Dict[int, Optional[float]]) -> Optional[int]:
+def ChooseLoopFromM(step_ratios: Dict[int, Optional[float]]) -> Optional[int]:
   """The smallest M from which the loop's step is at most
   LOOP_DEFAULT_TOLERANCE times the unrolled one at every measured M
-  (`step_ratios`: M -> loop / unrolled), None if not even at the largest."""
+  (`step_ratios`: M -> loop / unrolled), None if not even at the largest:
+  plan.LOOP_FROM_M's entry of the schedule."""
   chosen = None
   for m in sorted(step_ratios, reverse=True):
     ratio = step_ratios[m]
@@ -276,7 +277,7 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
     if section == 'loop_default':
       ratios = {m: runner.Ratio(Get(m, 'loop', 'step_s_median'),
                                 Get(m, 'unrolled', 'step_s_median')) for m in ms}
-      chosen = LoopFromM(ratios)
+      chosen = ChooseLoopFromM(ratios)
       lines.append(f'- {workload} K={k}: the loop step within {LOOP_DEFAULT_TOLERANCE:.2f}x '
                    'of the unrolled one ' + (f'from M={chosen}' if chosen else
                                              f'not even at M={ms[-1]}') +

@@ -39,10 +39,10 @@ def test_loop_default_entries_keep_micro_batches_of_four_rows():
 
 
 def test_the_loop_starts_from_the_smallest_m_no_slower_at_every_larger_one():
-  assert schedule_bench.LoopFromM({32: 1.0, 64: 1.01, 128: 1.02}) == 32
-  assert schedule_bench.LoopFromM({32: 1.02, 64: 1.06, 128: 1.01}) == 128
-  assert schedule_bench.LoopFromM({32: 1.01, 64: 1.02, 128: 1.06}) is None
-  assert schedule_bench.LoopFromM({32: 1.01, 64: None, 128: 1.0}) == 128
+  assert schedule_bench.ChooseLoopFromM({32: 1.0, 64: 1.01, 128: 1.02}) == 32
+  assert schedule_bench.ChooseLoopFromM({32: 1.02, 64: 1.06, 128: 1.01}) == 128
+  assert schedule_bench.ChooseLoopFromM({32: 1.01, 64: 1.02, 128: 1.06}) is None
+  assert schedule_bench.ChooseLoopFromM({32: 1.01, 64: None, 128: 1.0}) == 128
 
 
 def test_the_loop_default_is_what_the_committed_measurements_chose():
@@ -54,7 +54,7 @@ def test_the_loop_default_is_what_the_committed_measurements_chose():
   for prefix, k, ms, args, _ in schedule_bench.LOOP_GROUPS['loop_default']:
     def Step(m, emission, prefix=prefix, k=k):
       return runner.Median(results[f'{prefix}_K{k}_M{m}_{emission}']['runs'], 'step_s_median')
-    m = schedule_bench.LoopFromM({m: Step(m, 'loop') / Step(m, 'unrolled') for m in ms})
+    m = schedule_bench.ChooseLoopFromM({m: Step(m, 'loop') / Step(m, 'unrolled') for m in ms})
     if m:
       schedule = next(a for a in args if a.startswith('--schedule=')).split('=')[1]
       chosen[ScheduleKind[schedule.upper()]] = m
