@@ -146,7 +146,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     devices = [cluster.Device.Parse(d) for d in p.devices] if p.devices else None
     resolved = plan_lib.FromParams(p, len(cell_params), devices)
     if not p.micro_batch_size:
-      resolved.Actions(p.num_micro_batches)  # M against the schedule, at build
+      resolved.Check(p.num_micro_batches)  # M against the schedule, at build
     self.__dict__['plan'] = resolved
     self.num_devices, self.num_cells = resolved.num_devices, resolved.num_cells
     # [replica][cell]; the model's variables live on replica 0's devices.
@@ -238,7 +238,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     """M of a step (checked against the schedule)."""
     num_micro = micro_batch.NumMicroBatches(
         self.params, self._contract.InputLayout(inputs).batch_size)
-    self.plan.Actions(num_micro)
+    self.plan.Check(num_micro)
     return num_micro
 
   def _ReadThetas(self, theta: NestedMap) -> List[List[NestedMap]]:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
+from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule as clock_tables
 from lingvo_pipe.pipeline import schedule_text
@@ -80,6 +81,18 @@ class Plan:
     M >= loop_min_micro_batches > 0, and M > 1 (with one micro-batch the
     unrolled step is as small)."""
     return 0 < self.loop_min_micro_batches <= num_micro and num_micro > 1
+
+  def Check(self, num_micro: int) -> None:
+    """Raises what a training step of M=num_micro would, before one is
+    built: Actions' errors, and where the step loops the loop's refusal
+    of a text (loop_tables.Build: a boundary whose two cells order their
+    micro-batches differently, a cell with both B and I backwards)."""
+    schedule = self.Actions(num_micro)
+    if self.Loops(num_micro):
+      try:
+        loop_tables.Build(schedule, keep_last=False)
+      except ValueError as e:
+        raise ValueError(f'PipeliningLayer {self.name!r}: {e}') from None
 
   def UnitBubble(self, num_micro: int) -> float:
     """The idle share of the step with every action one clock long."""

@@ -220,6 +220,15 @@ def test_a_boundary_whose_cells_differ_in_micro_batch_order_is_refused():
     loop_tables.Build(schedule, keep_last=False)
 
 
+def test_a_text_the_loop_refuses_fails_at_build_naming_the_pipeline():
+  layers, shape = models.FfnLayers()
+  text = '0F0,0F1,0B0,0B1;1F1,1F0,1B0,1B1'
+  with pytest.raises(ValueError, match=r"PipeliningLayer 'pipe': Cells 0 and 1 run their "
+                     r'forwards in different micro-batch orders.*loop_min_micro_batches=0'):
+    models.Pipeline(layers, shape, 2, 2, schedule_text=text, loop_min_micro_batches=2)
+  models.Pipeline(layers, shape, 2, 2, schedule_text=text)  # unrolled by default
+
+
 def test_ring_depth_is_the_smallest_without_overwrite():
   # Micro-batch m written at clock m, last read at clock m + 2: the write
   # of m + 3 (clock m + 3) is the first after it.
