@@ -36,7 +36,7 @@ import re
 import statistics
 import sys
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -149,6 +149,14 @@ def _RenderSimulated(simulated: Dict[str, dict]) -> List[str]:
 LOOP_DEFAULT_MS = (32, 64, 128)
 LOOP_DEFAULT_TOLERANCE = 1.05
 
+def _EverySchedule(schedule: str) -> List[str]:
+  """The flags of `schedule` at K=2 with one thread per device (each
+  device a core), v=2 where it interleaves."""
+  return [f'--schedule={schedule}',
+          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
+          '--intra_op_threads=1', '--inter_op_threads=2']
+
+
 # The loop sections: (row prefix, K, Ms, pipeline_bench flags, examples per
 # micro-batch: the batch is that times M; 0: the flags' batch) per group.
 LOOP_GROUPS = {
@@ -162,15 +170,11 @@ LOOP_GROUPS = {
                  ['--workload=ffn', '--schedule=zb_v', '--cells_per_device=2'], 0)),
     'loop_k2': tuple(
         (f'ffn_b256_{schedule}', 2, (4, 16, 64),
-         ['--workload=ffn', '--batch=256', f'--schedule={schedule}',
-          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
-          '--intra_op_threads=1', '--inter_op_threads=2'], 0)
+         ['--workload=ffn', '--batch=256'] + _EverySchedule(schedule), 0)
         for schedule in schedule_flags.SCHEDULES),
     'loop_default': tuple(
         (f'ffn_rows4_{schedule}', 2, LOOP_DEFAULT_MS,
-         ['--workload=ffn', f'--schedule={schedule}',
-          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
-          '--intra_op_threads=1', '--inter_op_threads=2'], 4)
+         ['--workload=ffn'] + _EverySchedule(schedule), 4)
         for schedule in schedule_flags.SCHEDULES),
 }
 LOOP_TITLES = {
@@ -191,9 +195,24 @@ def LoopEntries(section: str = 'loop') -> Dict[str, List[str]]:
     for m in ms:
       batch = [f'--batch={rows * m}'] if rows else []
       for emission, loop in (('unrolled', 0), ('loop', 2)):
-        entries[f'{prefix}_K{k}_M{m}_{emission}'] = args + batch + [
+        entries[LoopName(prefix, k, m, emission)] = args + batch + [
             f'--k={k}', f'--m={m}', f'--loop_min_micro_batches={loop}']
   return entries
+
+
+def LoopName(prefix: str, k: int, m: int, emission: str) -> str:
+  """The name of a loop section's configuration ('unrolled' or 'loop')."""
+  return f'{prefix}_K{k}_M{m}_{emission}'
+
+
+def LoopStepRatios(loop: Dict[str, dict], prefix: str, k: int,
+                   ms: Sequence[int]) -> Dict[int, Optional[float]]:
+  """Per M of a loop section's group (`loop`: the section's results) the
+  loop's median step over the unrolled one's."""
+  def Step(m, emission):
+    entry = loop.get(LoopName(prefix, k, m, emission))
+    return runner.Median(entry['runs'], 'step_s_median') if entry else None
+  return {m: runner.Ratio(Step(m, 'loop'), Step(m, 'unrolled')) for m in ms}
 
 
 def ChooseLoopFromM(step_ratios: Dict[int, Optional[float]]) -> Optional[int]:
@@ -272,11 +291,10 @@ def _RenderLoop(section: str, loop: Dict[str, dict]) -> List[str]:
             'grows with M in either emission.', '']
   for workload, k, ms, _, _ in LOOP_GROUPS[section]:
     def Get(m, emission, key):
-      entry = loop.get(f'{workload}_K{k}_M{m}_{emission}')
+      entry = loop.get(LoopName(workload, k, m, emission))
       return runner.Median(entry['runs'], key) if entry else None
     if section == 'loop_default':
-      ratios = {m: runner.Ratio(Get(m, 'loop', 'step_s_median'),
-                                Get(m, 'unrolled', 'step_s_median')) for m in ms}
+      ratios = LoopStepRatios(loop, workload, k, ms)
       chosen = ChooseLoopFromM(ratios)
       lines.append(f'- {workload} K={k}: the loop step within {LOOP_DEFAULT_TOLERANCE:.2f}x '
                    'of the unrolled one ' + (f'from M={chosen}' if chosen else

@@ -52,9 +52,9 @@ def test_the_loop_default_is_what_the_committed_measurements_chose():
                         'schedules.json').read_text())['loop_default']
   chosen = {}
   for prefix, k, ms, args, _ in schedule_bench.LOOP_GROUPS['loop_default']:
-    def Step(m, emission, prefix=prefix, k=k):
-      return runner.Median(results[f'{prefix}_K{k}_M{m}_{emission}']['runs'], 'step_s_median')
-    m = schedule_bench.ChooseLoopFromM({m: Step(m, 'loop') / Step(m, 'unrolled') for m in ms})
+    ratios = schedule_bench.LoopStepRatios(results, prefix, k, ms)
+    assert None not in ratios.values(), (prefix, ratios)
+    m = schedule_bench.ChooseLoopFromM(ratios)
     if m:
       schedule = next(a for a in args if a.startswith('--schedule=')).split('=')[1]
       chosen[ScheduleKind[schedule.upper()]] = m
