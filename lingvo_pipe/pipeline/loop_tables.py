@@ -114,33 +114,11 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
   KEPT.
 
   Raises:
-    ValueError: if a cell mixes B with I and W (a loop traces one backward
-      per cell), or a boundary's two cells run their forwards or their
-      backwards in different micro-batch orders (a queue between them).
+    ValueError: where CheckLoops does.
   """
+  split = CheckLoops(schedule)
   num_cells, num_micro = schedule.num_cells, schedule.num_micro_batches
   last = num_cells - 1
-  backward_kinds: Dict[int, Set[ActionKind]] = {c: set() for c in range(num_cells)}
-  orders: Dict[Tuple[int, int], List[int]] = {}  # (kind F or X, cell) -> micro-batches
-  for row in schedule.devices:
-    for a in row:
-      if a.kind in _KINDS:
-        orders.setdefault((_KINDS[a.kind], a.cell), []).append(a.micro)
-      if a.kind in actions.INPUT_BACKWARDS:
-        backward_kinds[a.cell].add(a.kind)
-  mixed = [c for c, k in backward_kinds.items() if len(k) > 1]
-  if mixed:
-    raise ValueError(f'Cell {mixed[0]} runs both B and I backwards; a loop step '
-                     'traces one backward per cell: use one kind per cell.')
-  for j in range(last):
-    for kind, name in ((F, 'forwards'), (X, 'backwards')):
-      if orders[(kind, j)] != orders[(kind, j + 1)]:
-        raise ValueError(
-            f'Cells {j} and {j + 1} run their {name} in different micro-batch orders '
-            f'({orders[(kind, j)]} and {orders[(kind, j + 1)]}); a loop step passes '
-            'tensors between them in a queue: order them alike, or run the step '
-            'unrolled (loop_min_micro_batches=0).')
-  split = tuple(ActionKind.I in backward_kinds[c] for c in range(num_cells))
   kept: Set[int] = set()
   if keep_last:
     for row in schedule.devices:
@@ -163,6 +141,39 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
       t.num_forwards == sum((b - 1) % KINDS == F for b in t.branches) for t in devices)
   return LoopTables(num_micro, devices, frozenset(kept), split, input_rings,
                     loss_gradients, factor_rings, forwards_first)
+
+
+def CheckLoops(schedule: actions.Schedule) -> Tuple[bool, ...]:
+  """Per cell whether its backward is split (I and W), if `schedule` can
+  run as loops.
+
+  Raises:
+    ValueError: if a cell mixes B with I and W (a loop traces one backward
+      per cell), or a boundary's two cells run their forwards or their
+      backwards in different micro-batch orders (a queue between them).
+  """
+  num_cells = schedule.num_cells
+  backward_kinds: Dict[int, Set[ActionKind]] = {c: set() for c in range(num_cells)}
+  orders: Dict[Tuple[int, int], List[int]] = {}  # (kind F or X, cell) -> micro-batches
+  for row in schedule.devices:
+    for a in row:
+      if a.kind in _KINDS:
+        orders.setdefault((_KINDS[a.kind], a.cell), []).append(a.micro)
+      if a.kind in actions.INPUT_BACKWARDS:
+        backward_kinds[a.cell].add(a.kind)
+  mixed = [c for c, k in backward_kinds.items() if len(k) > 1]
+  if mixed:
+    raise ValueError(f'Cell {mixed[0]} runs both B and I backwards; a loop step '
+                     'traces one backward per cell: use one kind per cell.')
+  for j in range(num_cells - 1):
+    for kind, name in ((F, 'forwards'), (X, 'backwards')):
+      if orders[(kind, j)] != orders[(kind, j + 1)]:
+        raise ValueError(
+            f'Cells {j} and {j + 1} run their {name} in different micro-batch orders '
+            f'({orders[(kind, j)]} and {orders[(kind, j + 1)]}); a loop step passes '
+            'tensors between them in a queue: order them alike, or run the step '
+            'unrolled (loop_min_micro_batches=0).')
+  return tuple(ActionKind.I in backward_kinds[c] for c in range(num_cells))
 
 
 def _DeviceTable(schedule: actions.Schedule, d: int, kept: FrozenSet[int]) -> DeviceTable:

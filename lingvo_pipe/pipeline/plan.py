@@ -85,12 +85,12 @@ class Plan:
   def Check(self, num_micro: int) -> None:
     """Raises what a training step of M=num_micro would, before one is
     built: Actions' errors, and where the step loops the loop's refusal
-    of a text (loop_tables.Build: a boundary whose two cells order their
-    micro-batches differently, a cell with both B and I backwards)."""
+    of a text (loop_tables.CheckLoops: a boundary whose two cells order
+    their micro-batches differently, a cell with both B and I backwards)."""
     schedule = self.Actions(num_micro)
     if self.Loops(num_micro):
       try:
-        loop_tables.Build(schedule, keep_last=False)
+        loop_tables.CheckLoops(schedule)
       except ValueError as e:
         raise ValueError(f'PipeliningLayer {self.name!r}: {e}') from None
 
