@@ -12,10 +12,11 @@ gradients and their new sum. Projections that defer their weight gradients
 such a weight is its accumulator (if the tape gave it a part too) plus one
 product of the pairs of all micro-batches. A backward split into I and W
 (remat.Decision.split) hands its factor pairs to its W instead
-(TakeSplitFactors), which adds their product into the accumulators
+(TakeSplitFactors), which adds their product into a sum of the step
 (AddProducts), or, in a loop step, into a sum the loop carries (Products),
-handed back after it (PutSums): an update of a variable inside a loop
-iteration holds the next iteration back until it is done.
+handed back after it (PutSums). These sums are tensors, not the
+accumulators: a variable holds its memory between steps, and its update
+inside a loop iteration holds the next iteration back until it is done.
 
 Per step: StartStep; per backward NextSink (the backward is traced per
 sink), Put inside the backward, Keep with the BackwardResult after it; per
@@ -189,16 +190,14 @@ class CellGradients:
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
       return self._Products(factors)
 
-  def AddProducts(self, factors: FactorPairs) -> List[tf.Operation]:
-    """A W: adds Products into the accumulators. Returns the update ops."""
-    updates = []
+  def AddProducts(self, factors: FactorPairs) -> List[tf.Tensor]:
+    """A W: adds Products into this step's sums, tensors that StepGradients
+    adds in (an accumulator variable would hold its weight-sized memory
+    between steps too). Returns the new sums."""
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
       for i, g in self._Products(factors).items():
-        acc = self._accumulators[i]
-        update = acc.assign_add if i in self._written else acc.assign
-        updates.append(update(g, read_value=False))
-        self._written.add(i)
-    return updates
+        self._sums[i] = self._sums[i] + g if i in self._sums else g
+    return [self._sums[i] for i in sorted(factors)]
 
   def _Products(self, factors: FactorPairs) -> Dict[int, tf.Tensor]:
     """Products' tensors, in the caller's device and scope."""

@@ -169,10 +169,10 @@ class CellRunner:
     self.gradients.Keep(sink, result, recording.split)
     return _InputGrads(result.input_grads, inputs)
 
-  def WeightBackward(self, factors: cell_gradients.FactorPairs) -> List[tf.Operation]:
+  def WeightBackward(self, factors: cell_gradients.FactorPairs) -> List[tf.Tensor]:
     """A W: the weight gradients of a split backward's factor pairs
-    (gradients.TakeSplitFactors after it) added into the cell's
-    accumulators on its device. Returns the update ops."""
+    (gradients.TakeSplitFactors after it) added into the step's sums of
+    the cell's weight gradients on its device. Returns the new sums."""
     return self.gradients.AddProducts(factors)
 
   def _Compilable(self, decision: Optional[remat.Decision]

@@ -15,7 +15,7 @@ r*M + m of the whole batch (its dropout masks too).
   weight gradients go to the cell's CellGradients.
 - I runs the same backward split (remat.Decision.split): the projections'
   weight gradients are left as factor pairs for the micro-batch's W, which
-  multiplies them into the accumulators; W's of one cell next to each
+  adds their products into the step's sums; W's of one cell next to each
   other on a device are one product (actions.WeightRuns). Where the
   decision cannot defer (remat PER_LAYER, one micro-batch, compiled
   cells), I is a B and its W does nothing.

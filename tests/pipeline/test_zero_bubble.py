@@ -60,21 +60,21 @@ def test_zb_h1_transformer_stack_with_dropout():
   transparency.CheckTransparentWithLoss(pipe, models.TransformerInputs(seed=24), 4)
 
 
-def _WeightGradientUpdates(pipe, shape, m):
+def _WeightGradientOps(pipe, shape, m, op_type):
   graph = models.TrainStepWithLoss(pipe, 0, m).get_concrete_function(
       tf.TensorSpec(shape)).graph
   return [op for op in graph.get_operations()
-          if scope_names.WEIGHT_GRADIENTS_SCOPE in op.name and
-          op.type in ('AssignAddVariableOp', 'AssignVariableOp')]
+          if scope_names.WEIGHT_GRADIENTS_SCOPE in op.name and op.type == op_type]
 
 
 @pytest.mark.parametrize('remat', [gpipe.RematPolicy.PER_CELL, gpipe.RematPolicy.NONE],
                          ids=lambda r: r.name)
 def test_each_w_adds_its_own_micro_batch_products(remat):
-  """ZB-H1, K=2, M=4, per-cell remat or none: each W adds the products of
-  its cell's projections (two per ffn layer) into the accumulators at its
-  own place, not one product per step; cell 1's last two W's, next to
-  each other on its device (1W2,1W3), add one product."""
+  """ZB-H1, K=2, M=4, per-cell remat or none: each W multiplies the factors
+  of its cell's projections (two per ffn layer) at its own place, not one
+  product per step; cell 1's last two W's, next to each other on its
+  device (1W2,1W3), are one product. The products add into tensors, not
+  into the gradient accumulators: those are never assigned."""
   layers, shape = models.FfnLayers()
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1, remat=remat)
   assert schedule_text.Format(built_in.Build(ScheduleKind.ZB_H1, 2, 4)).splitlines()[1] == (
@@ -82,7 +82,9 @@ def test_each_w_adds_its_own_micro_batch_products(remat):
   projections = [len([v for v in cell.vars.Flatten() if v.shape.rank == 2])
                  for cell in pipe.cells]
   expected = 4 * projections[0] + 3 * projections[1]
-  assert len(_WeightGradientUpdates(pipe, shape, 4)) == expected
+  assert len(_WeightGradientOps(pipe, shape, 4, 'MatMul')) == expected
+  for op_type in ('AssignAddVariableOp', 'AssignVariableOp'):
+    assert not _WeightGradientOps(pipe, shape, 4, op_type)
 
 
 def test_a_text_schedule_equals_the_built_in_one():
