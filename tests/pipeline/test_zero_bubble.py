@@ -73,8 +73,8 @@ def test_each_w_adds_its_own_micro_batch_products(remat):
   """ZB-H1, K=2, M=4, per-cell remat or none: each W multiplies the factors
   of its cell's projections (two per ffn layer) at its own place, not one
   product per step; cell 1's last two W's, next to each other on its
-  device (1W2,1W3), are one product. The products add into tensors, not
-  into the gradient accumulators: those are never assigned."""
+  device (1W2,1W3), are one product. The products add into tensors: no W
+  assigns a gradient accumulator."""
   layers, shape = models.FfnLayers()
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ScheduleKind.ZB_H1, remat=remat)
   assert schedule_text.Format(built_in.Build(ScheduleKind.ZB_H1, 2, 4)).splitlines()[1] == (
