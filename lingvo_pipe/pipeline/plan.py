@@ -33,10 +33,10 @@ ScheduleSpec = Union[ScheduleKind, str]  # a built-in kind, or a text
 # benchmarks/schedule_bench's loop_default section chose, the smallest
 # measured (32, 64, 128) from which the loop's step stays within 5% of the
 # unrolled one (docs/schedules.md). Absent: never, the loop is slower even
-# at M=128 (ZB-H2 1.065x, ZB-V 1.191x).
+# at M=128 (ZB-H1 1.068x, ZB-H2 1.127x, ZB-V 1.133x).
 LOOP_FROM_M: Dict[ScheduleKind, int] = {
-    ScheduleKind.GPIPE: 128, ScheduleKind.ONE_F_ONE_B: 128,
-    ScheduleKind.INTERLEAVED: 128, ScheduleKind.ZB_H1: 128}
+    ScheduleKind.GPIPE: 32, ScheduleKind.ONE_F_ONE_B: 64,
+    ScheduleKind.INTERLEAVED: 128}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,7 @@ def test_model_plan_prints_candidates_around_the_configuration():
   assert 'K=2 cells, M=4 micro-batches' in text
   assert 'budget 1024 MiB per device' in text
   assert 'K=2 cells, M=4 micro-batches, remat PER_CELL, schedule GPIPE' in text
-  assert 'training step: unrolled at M=4; a loop per device from M=128' in text
+  assert 'training step: unrolled at M=4; a loop per device from M=32' in text
   rows = _PlannerRows(text)
   # Fill-drain and 1F1B: K in {1, 2, 4}; interleaved, two cells a device
   # of the four layers: K in {1, 2}; every M and remat.
@@ -52,7 +52,7 @@ def test_model_plan_prints_candidates_around_the_configuration():
 
 @pytest.mark.parametrize('kwargs,emission', [
     (dict(num_micro_batches=128, input_shapes=[[128, 64]]),
-     'a loop per device at M=128; a loop per device from M=128'),
+     'a loop per device at M=128; a loop per device from M=32'),
     (dict(loop_min_micro_batches=0), 'unrolled at every M'),
     (dict(remat=RematPolicy.NONE), 'unrolled at every M'),
 ])
