@@ -102,10 +102,9 @@ def SimulatedEntries(timeline_root: str) -> Dict[str, List[str]]:
   entries = {}
   for remat in ('none', 'per_cell'):
     for schedule in schedule_flags.SCHEDULES:
-      v = 2 if schedule in ('interleaved', 'zb_v') else 1
       name = f'{schedule}_{remat}'
       entries[name] = ['--workload=ffn', '--batch=256', '--k=2', '--m=8',
-                       f'--cells_per_device={v}', f'--schedule={schedule}',
+                       _CellsPerDevice(schedule), f'--schedule={schedule}',
                        f'--remat={remat}', '--remat_last_micro_batch',
                        '--intra_op_threads=1', '--inter_op_threads=4',
                        f'--timeline_dir={timeline_root}/{name}']
@@ -149,11 +148,15 @@ def _RenderSimulated(simulated: Dict[str, dict]) -> List[str]:
 LOOP_DEFAULT_MS = (32, 64, 128)
 LOOP_DEFAULT_TOLERANCE = 1.05
 
+def _CellsPerDevice(schedule: str) -> str:
+  """The --cells_per_device flag of `schedule`: v=2 where it interleaves."""
+  return f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}"
+
+
 def _EverySchedule(schedule: str) -> List[str]:
   """The flags of `schedule` at K=2 with one thread per device (each
   device a core), v=2 where it interleaves."""
-  return [f'--schedule={schedule}',
-          f"--cells_per_device={2 if schedule in ('interleaved', 'zb_v') else 1}",
+  return [f'--schedule={schedule}', _CellsPerDevice(schedule),
           '--intra_op_threads=1', '--inter_op_threads=2']
 
 

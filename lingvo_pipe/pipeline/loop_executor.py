@@ -19,11 +19,11 @@ and the last cell's loss gradients in rings (loop_tables), the last
 cell's outputs, the input gradients, deferred factors (loop_probes: a
 B's an array each, an I's packed) and statistics and loss sums. Weight
 gradients add into the cells' accumulators (CellGradients.StartLoopStep,
-then ZeroAccumulators once a probe says which weights defer wholly).
-A B's factors leave the
-loop, each gathered into its weight's one product after it; an I's wait
-in a ring for its W, whose products add into sums the loop carries (not
-into the accumulators: the next iteration would wait for the update).
+then ZeroAccumulators once a probe says which weights defer wholly). A
+B's factors leave the loop, each gathered into its weight's one product
+after it; an I's wait in a ring for its W, whose products add into sums
+the loop carries (not into the accumulators: the next iteration would
+wait for the update).
 
 Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the

@@ -53,7 +53,6 @@ def test_zero_bubble_weight_sums_do_not_outlive_the_step(schedule):
   out = fresh_process.RunPython(
       '-m', 'benchmarks.pipeline_bench', '--workload=ffn', '--batch=64', '--k=2', '--m=4',
       '--steps=1', '--warmup=0', '--remat=per_cell', f'--schedule={schedule}',
-      f"--cells_per_device={2 if schedule == 'zb_v' else 1}",
       '--loop_min_micro_batches=0', env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
   held = json.loads(out.strip().splitlines()[-1])['bfc_held_bytes']
   assert held < 2**20, held
