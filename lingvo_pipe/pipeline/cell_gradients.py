@@ -4,19 +4,25 @@ A step runs each cell's backward once per micro-batch. With one
 micro-batch the backward returns the theta gradients (GradSink.RETURN), so
 that the optimizer updates a weight as soon as its gradient is ready, as
 without the pipeline. With several, each backward adds its weight gradients
-into accumulator variables on the cell's device, in place, layer by layer
-as the tape produces them (ASSIGN for the step's first backward, ADD after):
-only one weight-sized sum per cell is alive, not the sum, the micro-batch's
-gradients and their new sum. Projections that defer their weight gradients
-(deferred_grads) hand over factor pairs instead, and the step's gradient of
-such a weight is its accumulator (if the tape gave it a part too) plus one
-product of the pairs of all micro-batches. A backward split into I and W
+into accumulators on the cell's device, in place, layer by layer as the
+tape produces them (ASSIGN for the step's first backward, ADD after): only
+one weight-sized sum per cell is alive, not the sum, the micro-batch's
+gradients and their new sum. The accumulators are resources of the step,
+not variables: a step's first backward creates them, and StepGradients
+destroys them once read, so they hold no memory between steps. (Assigning
+an empty tensor to a variable instead does not work: Grappler's constant
+folding then infers the variable's reads with the wrong shape.)
+
+Projections that defer their weight gradients (deferred_grads) hand over
+factor pairs instead, and the step's gradient of such a weight is its
+accumulator (if the tape gave it a part too) plus one product of the pairs
+of all micro-batches. A backward split into I and W
 (remat.Decision.split) hands its factor pairs to its W instead
 (TakeSplitFactors), which adds their product into a sum of the step
 (AddProducts), or, in a loop step, into a sum the loop carries (Products),
 handed back after it (PutSums). These sums are tensors, not the
-accumulators: a variable holds its memory between steps, and its update
-inside a loop iteration holds the next iteration back until it is done.
+accumulators: an update inside a loop iteration holds the next iteration
+back until it is done.
 
 Per step: StartStep; per backward NextSink (the backward is traced per
 sink), Put inside the backward, Keep with the BackwardResult after it; per
@@ -24,6 +30,7 @@ W AddProducts; then StepGradients.
 """
 
 import enum
+import itertools
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
@@ -48,6 +55,8 @@ def IsDifferentiable(x: Any) -> bool:
 
 
 FactorPairs = Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]
+
+_accumulator_ids = itertools.count(1)  # each cell's accumulators their own names
 
 
 class BackwardResult(NamedTuple):
@@ -78,14 +87,20 @@ class CellGradients:
 
   def __init__(self, cell: base_layer.BaseLayer, device: str) -> None:
     self._device = device
-    # Shapeless and empty until first assigned: the sum of a gradient that
-    # is returned (M=1) or deferred never takes memory.
-    with tf.device(device):
+    self._specs = [tf.TensorSpec(v.shape, v.dtype) for v in tf.nest.flatten(cell.theta)
+                   if IsDifferentiable(v)]
+    # Handles made once, outside any function, as a variable's are: every
+    # step's graph and traced backward captures the same ones (ops on one
+    # resource are then ordered), and TensorFlow's custom gradients find
+    # no variable-creating op in the step to look up. A handle takes no
+    # memory; its resource does from its first assignment (a returned or
+    # deferred gradient's never) until StepGradients destroys it.
+    name = f'{cell.params.name}_grad_sum_{next(_accumulator_ids)}'
+    with tf.init_scope(), tf.device(device):
       self._accumulators = [
-          tf.Variable(tf.zeros([0], v.dtype), shape=tf.TensorShape(None),
-                      trainable=False, name=f'{cell.params.name}_grad_sum_{i}')
-          for i, v in enumerate(tf.nest.flatten(cell.theta))
-          if IsDifferentiable(v)]
+          tf.raw_ops.VarHandleOp(dtype=spec.dtype, shape=spec.shape,
+                                 shared_name=f'{name}_{i}')
+          for i, spec in enumerate(self._specs)]
     self.StartStep(1)
 
   def StartStep(self, num_micro: int) -> None:
@@ -103,20 +118,18 @@ class CellGradients:
     """Starts a step whose `num_micro` backwards are one backward function
     called in a loop (loop_executor): every backward adds
     (GradSink.ADD). Trace the backward, then ZeroAccumulators."""
-    self.StartStep(num_micro)
-    self._num_micro = max(num_micro, 2)  # accumulated, never returned
+    self.StartStep(max(num_micro, 2))  # accumulated, never returned
     self._backwards = 1
 
-  def ZeroAccumulators(self, theta: NestedMap) -> None:
+  def ZeroAccumulators(self) -> None:
     """Sets to zero, for a loop step, the accumulators its backwards add
     to: not those of weights whose gradient is all deferred (known once a
     backward is traced), which thus take no memory, as in an unrolled step
     (a loop's W's add into sums it carries)."""
-    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
     with tf.device(self._device):
-      for i, (acc, w) in enumerate(zip(self._accumulators, weights)):
+      for i, (acc, spec) in enumerate(zip(self._accumulators, self._specs)):
         if i not in self._deferred_only:
-          acc.assign(tf.zeros(tf.shape(w), acc.dtype))
+          tf.raw_ops.AssignVariableOp(resource=acc, value=tf.zeros(spec.shape, spec.dtype))
           self._written.add(i)
 
   def TakeFactors(self) -> FactorPairs:
@@ -135,10 +148,9 @@ class CellGradients:
     """Weight gradient sums (of Products) that StepGradients adds in."""
     self._sums.update(sums)
 
-  def SumSpecs(self, theta: NestedMap, indices: Sequence[int]) -> List[tf.TensorSpec]:
+  def SumSpecs(self, indices: Sequence[int]) -> List[tf.TensorSpec]:
     """The specs of Products' sums of weights `indices`."""
-    weights = [x for x in tf.nest.flatten(theta) if IsDifferentiable(x)]
-    return [tf.TensorSpec(weights[i].shape, self._accumulators[i].dtype) for i in indices]
+    return [self._specs[i] for i in indices]
 
   def NextSink(self) -> GradSink:
     """The sink of the step's next backward."""
@@ -152,14 +164,11 @@ class CellGradients:
     into `sink`. Returns BackwardResult.weight_grads."""
     if sink == GradSink.RETURN:
       return list(weight_grads)
-    for acc, g in zip(self._accumulators, weight_grads):
-      if g is None:
-        continue
-      g = precision.CastGradients([g], [acc])[0]
-      if sink == GradSink.ASSIGN:
-        acc.assign(g)
-      else:
-        acc.assign_add(g)
+    assign = (tf.raw_ops.AssignVariableOp if sink == GradSink.ASSIGN
+              else tf.raw_ops.AssignAddVariableOp)
+    for acc, spec, g in zip(self._accumulators, self._specs, weight_grads):
+      if g is not None:
+        assign(resource=acc, value=precision.CastGradients([g], [spec])[0])
     return []
 
   def Keep(self, sink: GradSink, result: BackwardResult, split: bool = False) -> None:
@@ -169,7 +178,7 @@ class CellGradients:
     if sink == GradSink.RETURN:
       self._returned = list(result.weight_grads)
     else:
-      self._written |= set(range(len(self._accumulators))) - set(result.deferred_only)
+      self._written |= set(range(len(self._specs))) - set(result.deferred_only)
     self._deferred_only = set(result.deferred_only)
     if split:
       self._split_factors = dict(result.factors)
@@ -202,16 +211,17 @@ class CellGradients:
   def _Products(self, factors: FactorPairs) -> Dict[int, tf.Tensor]:
     """Products' tensors, in the caller's device and scope."""
     return {i: precision.CastGradients([deferred_grads.Product(factors[i])],
-                                       [self._accumulators[i]])[0] for i in sorted(factors)}
+                                       [self._specs[i]])[0] for i in sorted(factors)}
 
   def StepGradients(self, theta: NestedMap) -> List[Optional[tf.Tensor]]:
     """The theta gradients summed over this step's backwards (returned or
     accumulated, plus the deferred products), flat as theta; None where
     theta is not floating point. Each is in its variable's dtype (float32
     under a reduced compute dtype: core/precision), cast on the cell's
-    device. Call after the step's last backward: reads of the accumulators
-    are ordered after it."""
-    weights = iter(range(len(self._accumulators)))
+    device. Call after the step's last backward, once: the reads of the
+    accumulators are ordered after it, and their destruction after the
+    reads."""
+    weights = iter(range(len(self._specs)))
     grads: List[Optional[tf.Tensor]] = []
     with tf.device(self._device), tf.name_scope(scope_names.WEIGHT_GRADIENTS_SCOPE):
       for x in tf.nest.flatten(theta):
@@ -225,8 +235,11 @@ class CellGradients:
           parts.append(deferred_grads.Product(self._factors[i]))
         if i in self._sums:
           parts.append(self._sums[i])
-        parts = precision.CastGradients(parts, [self._accumulators[i]] * len(parts))
+        parts = precision.CastGradients(parts, [self._specs[i]] * len(parts))
         grads.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
+      with tf.control_dependencies([g for g in grads if g is not None]):
+        for acc in self._accumulators:
+          tf.raw_ops.DestroyResourceOp(resource=acc, ignore_lookup_error=True)
     return grads
 
   def _Taped(self, i: int, x: tf.Tensor) -> Optional[tf.Tensor]:
@@ -236,4 +249,5 @@ class CellGradients:
       return self._returned[i]
     if i not in self._written:
       return None
-    return tf.ensure_shape(self._accumulators[i].read_value(), x.shape)
+    return tf.ensure_shape(tf.raw_ops.ReadVariableOp(
+        resource=self._accumulators[i], dtype=self._specs[i].dtype), x.shape)

@@ -107,12 +107,12 @@ class LoopExecutor:
         [loop_arrays.Specs(s) for s in self._update_structs],
         [loop_probes.FactorSpecs(layout, split)
          for layout, split in zip(self._layouts, tables.split)],
-        [runner.gradients.SumSpecs(theta, [i for i, _ in layout]) if split else []
-         for runner, theta, layout, split in zip(self._runners[0], self._thetas[0],
-                                                 self._layouts, tables.split)], loss_spec)
-    for r, row in enumerate(self._runners):
-      for c, runner in enumerate(row):
-        runner.gradients.ZeroAccumulators(self._thetas[r][c])
+        [runner.gradients.SumSpecs([i for i, _ in layout]) if split else []
+         for runner, layout, split in zip(self._runners[0], self._layouts, tables.split)],
+        loss_spec)
+    for row in self._runners:
+      for runner in row:
+        runner.gradients.ZeroAccumulators()
     self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro)
                     for row in self._runners]
     self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state

@@ -43,16 +43,18 @@ def test_one_f_one_b_with_per_cell_remat_peaks_no_higher_than_fill_drain():
   assert one_f <= gpipe, (one_f, gpipe)
 
 
-@pytest.mark.parametrize('schedule', ['zb_h1', 'zb_v'])
-def test_zero_bubble_weight_sums_do_not_outlive_the_step(schedule):
-  """Under per-cell remat a zero-bubble W adds its products into a sum of
-  every projection weight (128 MiB on ffn). The sums are tensors of the
-  step, so only the small accumulators of biases and norms are held after
-  it (measured at B64 K=2 M=4: 0.6 MB; 129 MiB when the sums were
-  accumulator variables)."""
+@pytest.mark.parametrize('schedule,remat', [('zb_h1', 'per_cell'), ('zb_v', 'per_cell'),
+                                           ('one_f_one_b', 'none'), ('gpipe', 'none')])
+def test_weight_gradient_sums_do_not_outlive_the_step(schedule, remat):
+  """The step's sums of weight gradients are weight-sized (128 MiB on ffn):
+  under per-cell remat a zero-bubble W adds its products into tensors of
+  the step, and without remat the backwards add into accumulators that
+  the step destroys once read. So at most the allocator's own small
+  buffers are held after the step (measured at B64 K=2 M=4: 0.4-0.6 MB;
+  129 MiB when the sums and accumulators were variables)."""
   out = fresh_process.RunPython(
       '-m', 'benchmarks.pipeline_bench', '--workload=ffn', '--batch=64', '--k=2', '--m=4',
-      '--steps=1', '--warmup=0', '--remat=per_cell', f'--schedule={schedule}',
+      '--steps=1', '--warmup=0', f'--remat={remat}', f'--schedule={schedule}',
       '--loop_min_micro_batches=0', env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
   held = json.loads(out.strip().splitlines()[-1])['bfc_held_bytes']
   assert held < 2**20, held
