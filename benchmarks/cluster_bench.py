@@ -15,9 +15,7 @@ before and after the timed steps: per worker task, and in all split into
 worker-to-worker (boundary tensors, all-reduce) and worker-to-client.
 A local run with replicas also profiles one step after the timed ones and
 reports the timeline's share of the step in all-reduce that no computation
-overlapped (profiling/bubble.UnoverlappedAllReduceShare); not of a loop
-step (--loop_min_micro_batches <= --m), whose calls the timeline labels
-from one replica's tasks.
+overlapped (profiling/bubble.UnoverlappedAllReduceShare).
 """
 
 import json
@@ -178,13 +176,15 @@ def _Run() -> dict:
       times.append(time.perf_counter() - t0)
     after = _Bytes(pids) if workers else {}
     profiled = {}
-    # Not a loop step: the timeline labels its calls from a schedule's tasks,
-    # which name one replica's devices.
-    if FLAGS.run == 'local' and FLAGS.replicas > 1 and not model.plan.Loops(FLAGS.m):
+    if FLAGS.run == 'local' and FLAGS.replicas > 1:
+      from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:
-        intervals = timeline.ProfileIntervals(lambda: Step(x), logdir, warmup=0)
+        intervals = timeline.ProfileIntervals(
+            lambda: Step(x), logdir, warmup=0,
+            tasks=schedule.FromActions(model.plan.Actions(FLAGS.m)),
+            replica_devices=model.plan.DeviceNames())
       profiled = dict(
           profiled_step_us=max(i.end_us for i in intervals) - min(i.start_us for i in intervals),
           unoverlapped_all_reduce_share=bubble.UnoverlappedAllReduceShare(intervals),

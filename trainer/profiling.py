@@ -1,7 +1,7 @@
 """The trainer's profile mode: a pipeline timeline of one training step."""
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -43,26 +43,28 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
 
   logdir = os.path.abspath(trainer_obj.logdir)
   step = int(trainer_obj.global_step.numpy())  # of the checkpoint profiled
-  tasks = _ScheduleTasks(trainer_obj.task)
-  intervals = record.Record(OneStep, logdir, warmup=warmup_steps, tasks=tasks)
+  tasks, replica_devices = _Layout(trainer_obj.task)
+  intervals = record.Record(OneStep, logdir, warmup=warmup_steps, tasks=tasks,
+                            replica_devices=replica_devices)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
                  os.path.join(logdir, 'profile'), step)
   return bubble.Summary(intervals, tasks)
 
 
-def _ScheduleTasks(task: tf.Module) -> Optional[List[schedule.Task]]:
-  """The schedule.Tasks of the task's pipeline if it has a fixed M and runs
-  a schedule other than fill-drain or a loop step (the timeline's labels),
-  else None."""
+def _Layout(task: tf.Module) -> Tuple[Optional[List[schedule.Task]],
+                                      Optional[List[List[str]]]]:
+  """What labels the timeline of the task's pipeline: its schedule.Tasks if
+  it has a fixed M and runs a schedule other than fill-drain or a loop
+  step, else None; with replicas their devices' names, else None."""
   for module in task.submodules:
     if isinstance(module, gpipe.PipeliningLayer):
-      p = module.params
+      p, plan = module.params, module.plan
+      replica_devices = plan.DeviceNames() if plan.num_replicas > 1 else None
       fill_drain = p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text
-      if (fill_drain and not module.plan.Loops(p.num_micro_batches)) or (
-          p.micro_batch_size):
-        return None
-      return schedule.FromActions(module.plan.Actions(p.num_micro_batches))
-  return None
+      if (fill_drain and not plan.Loops(p.num_micro_batches)) or p.micro_batch_size:
+        return None, replica_devices
+      return schedule.FromActions(plan.Actions(p.num_micro_batches)), replica_devices
+  return None, None
 
 
 def WriteSummaries(intervals: List[timeline.Interval], png_path: str,

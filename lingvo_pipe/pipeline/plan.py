@@ -11,7 +11,7 @@ inspection read it; nobody derives these again.
 
 import dataclasses
 import functools
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
@@ -75,6 +75,11 @@ class Plan:
   def devices(self) -> Tuple[cluster.Device, ...]:
     """Replica 0's device of each cell (where the variables live)."""
     return self.replica_devices[0]
+
+  def DeviceNames(self) -> List[List[str]]:
+    """[replica][device] the name of each replica's device k (0..K-1)."""
+    return [[row[self.cell_devices.index(k)].name for k in range(self.num_devices)]
+            for row in self.replica_devices]
 
   def Loops(self, num_micro: int) -> bool:
     """Whether a training step of M=num_micro runs as a loop per device:

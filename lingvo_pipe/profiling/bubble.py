@@ -2,9 +2,9 @@
 
 The measures read timeline.Intervals. The simulator's side: each cell's
 forwards and backwards (RECOMPUTE and BACKWARD together) per micro-batch
-give, as medians, the costs of its F and of its B or I (simulate.Costs);
-a W costs its device's WEIGHT_GRADIENTS time over the W actions the
-schedule gives it. The bubble to compare with is MeasuredBubble: of the
+give, as medians over micro-batches and replicas, the costs of its F and
+of its B or I (simulate.Costs); a W costs its device's WEIGHT_GRADIENTS
+time over the W actions the schedule gives it, a replica's on average. The bubble to compare with is MeasuredBubble: of the
 same actions, so without the deferred product after the last backward of
 a schedule with no W.
 """
@@ -23,6 +23,11 @@ def NumCellsAndMicroBatches(intervals: Sequence[Interval]) -> Tuple[int, int]:
   cells = {i.cell for i in intervals}
   micro = {i.micro_batch for i in intervals if i.micro_batch >= 0}
   return len(cells), len(micro)
+
+
+def NumReplicas(intervals: Sequence[Interval]) -> int:
+  """R of the step the intervals come from."""
+  return len({i.replica for i in intervals})
 
 
 def BusyFractions(intervals: Sequence[Interval]) -> Dict[str, float]:
@@ -77,17 +82,19 @@ def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
 
 def Summary(intervals: Sequence[Interval],
             tasks: Optional[Sequence[schedule.Task]] = None) -> str:
-  """One line: K, M, measured bubble (of the whole step, and of the cell
-  calls alone) and the theoretical (K-1)/(M+K-1), or with the schedule's
-  `tasks` that of its unit-time table."""
+  """One line: K, M, R with replicas, measured bubble (of the whole step,
+  and of the cell calls alone) and the theoretical (K-1)/(M+K-1), or with
+  the schedule's `tasks` that of its unit-time table."""
   k, m = NumCellsAndMicroBatches(intervals)
+  replicas = NumReplicas(intervals)
+  r = f' R={replicas}' if replicas > 1 else ''
   measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
               f'{CellCallsBubbleFraction(intervals):.3f})')
   if tasks is None:
-    return (f'K={k} M={m} bubble: {measured}, '
+    return (f'K={k} M={m}{r} bubble: {measured}, '
             f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
-  devices = len({i.device for i in intervals})
-  return (f'K={devices} M={m} ({k} cells) bubble: {measured}, schedule table '
+  devices = len({i.device for i in intervals}) // replicas
+  return (f'K={devices} M={m}{r} ({k} cells) bubble: {measured}, schedule table '
           f'{schedule.MeasuredBubble(tasks):.3f}')
 
 
@@ -95,26 +102,28 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
                   per_action: bool = False) -> simulate.Costs:
   """Per cell the median time of its forwards and of its backwards, and
   its device's WEIGHT_GRADIENTS time over the device's W actions (0
-  without W actions), in microseconds; with `per_action` also each F's,
-  B's and I's own time (Costs.per_action: a replay of the step). An
-  action's time is Interval.work_us (an inlined one's kernel time).
+  without W actions; over replicas, the mean), in microseconds; with
+  `per_action` also each F's, B's and I's own time in replica 0
+  (Costs.per_action: a replay of the step). An action's time is
+  Interval.work_us (an inlined one's kernel time).
 
   Raises:
     ValueError: if a cell has no forward or no backward in `intervals`.
   """
   num_cells = schedule_actions.num_cells
   forwards: Dict[int, List[float]] = {}
-  backwards: Dict[Tuple[int, Optional[int]], float] = {}
+  backwards: Dict[Tuple[int, int, Optional[int]], float] = {}  # (replica, cell, micro-batch)
   times: Dict[actions.Action, float] = {}
   for i in intervals:
     if i.phase == Phase.FORWARD:
       forwards.setdefault(i.cell, []).append(i.work_us)
-      times[actions.Action(actions.ActionKind.F, i.cell, i.micro_batch)] = i.work_us
+      if i.replica == 0:
+        times[actions.Action(actions.ActionKind.F, i.cell, i.micro_batch)] = i.work_us
     elif i.phase in (Phase.RECOMPUTE, Phase.BACKWARD):
-      key = (i.cell, i.micro_batch)
+      key = (i.replica, i.cell, i.micro_batch)
       backwards[key] = backwards.get(key, 0.0) + i.work_us
   per_cell: Dict[int, List[float]] = {}
-  for (cell, _), duration in backwards.items():
+  for (_, cell, _), duration in backwards.items():
     per_cell.setdefault(cell, []).append(duration)
   missing = [c for c in range(num_cells) if c not in forwards or c not in per_cell]
   if missing:
@@ -129,11 +138,11 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
       w_time = sum(i.end_us - i.start_us for i in intervals
                    if i.phase == Phase.WEIGHT_GRADIENTS and i.cell in cells)
       for c in cells:
-        weight[c] = w_time / num_w
+        weight[c] = w_time / (num_w * NumReplicas(intervals))
   for row in schedule_actions.devices:
     for a in row:
       if a.kind in (actions.ActionKind.B, actions.ActionKind.I):
-        times[a] = backwards[(a.cell, a.micro_batch)]
+        times[a] = backwards[(0, a.cell, a.micro_batch)]
   return simulate.Costs(forward=[statistics.median(forwards[c]) for c in range(num_cells)],
                         backward_input=backward, backward_weight=weight, backward=backward,
                         per_action=times if per_action else None)

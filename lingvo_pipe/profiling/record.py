@@ -2,7 +2,7 @@
 
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.profiling import bubble
@@ -22,18 +22,30 @@ def _EventName(interval: Interval) -> str:
   return f'{interval.phase.value[0].upper()}{interval.micro_batch}'
 
 
+def _Rows(intervals: Sequence[Interval]) -> Dict[Tuple[int, int], Tuple[int, str, str]]:
+  """Per (replica, cell) its row (cells in order, replicas one after
+  another), name ('cell_k', with replicas 'replica_r cell_k') and device."""
+  cells = sorted({(i.replica, i.cell, i.device) for i in intervals})
+  replicas = len({r for r, _, _ in cells}) > 1
+  return {(r, c): (row, f'replica_{r} cell_{c}' if replicas else f'cell_{c}', device)
+          for row, (r, c, device) in enumerate(cells)}
+
+
 def WriteChromeTrace(intervals: Sequence[Interval], path: str,
                      tasks: Optional[Sequence[schedule.Task]] = None) -> None:
-  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per cell."""
+  """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per
+  cell (of each replica)."""
   events: List[Dict[str, Any]] = []
-  for cell, device in sorted({(i.cell, i.device) for i in intervals}):
-    events.append(dict(ph='M', name='thread_name', pid=0, tid=cell,
-                       args=dict(name=f'cell_{cell} ({device})')))
+  rows = _Rows(intervals)
+  for row, name, device in rows.values():
+    events.append(dict(ph='M', name='thread_name', pid=0, tid=row,
+                       args=dict(name=f'{name} ({device})')))
   for i in intervals:
     events.append(dict(
-        ph='X', name=_EventName(i), cat=i.phase.value,
-        ts=i.start_us, dur=i.end_us - i.start_us, pid=0, tid=i.cell,
-        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device)))
+        ph='X', name=_EventName(i), cat=i.phase.value, ts=i.start_us,
+        dur=i.end_us - i.start_us, pid=0, tid=rows[(i.replica, i.cell)][0],
+        args=dict(micro_batch=i.micro_batch, phase=i.phase.value, device=i.device,
+                  replica=i.replica)))
   with open(path, 'w') as f:
     json.dump(dict(traceEvents=events, displayTimeUnit='ms',
                    otherData=dict(summary=bubble.Summary(intervals, tasks))), f)
@@ -41,21 +53,24 @@ def WriteChromeTrace(intervals: Sequence[Interval], path: str,
 
 def WriteGantt(intervals: Sequence[Interval], path: str,
                tasks: Optional[Sequence[schedule.Task]] = None) -> None:
-  """Writes a PNG Gantt chart: row k is cell k, micro-batches on the forward
-  and backward bars, the Summary line as title."""
+  """Writes a PNG Gantt chart: row k is cell k (replicas one after
+  another), micro-batches on the forward and backward bars, the Summary
+  line as title."""
   # Imported here: matplotlib is slow to import and only this function needs it.
   from lingvo_pipe.profiling import gantt  # pylint: disable=g-import-not-at-top
-  devices = dict(sorted({(i.cell, i.device.rsplit('/', 1)[-1]) for i in intervals}))
-  bars = [gantt.Bar(i.cell, i.start_us, i.end_us, i.phase.value,
+  rows = _Rows(intervals)
+  bars = [gantt.Bar(rows[(i.replica, i.cell)][0], i.start_us, i.end_us, i.phase.value,
                     {Phase.RECOMPUTE: '', **_STEP_LABELS}.get(i.phase, str(i.micro_batch)))
           for i in intervals]
-  gantt.Draw([f'cell_{k}\n{devices[k]}' for k in sorted(devices)], bars, path,
+  labels = [f'{name}\n{device.rsplit("/", 1)[-1]}' for _, name, device in sorted(rows.values())]
+  gantt.Draw(labels, bars, path,
              title=f'Pipeline step timeline: {bubble.Summary(intervals, tasks)}',
              kinds=[p.value for p in Phase])
 
 
 def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
-           tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
+           tasks: Optional[Sequence[schedule.Task]] = None,
+           replica_devices: Optional[Sequence[Sequence[str]]] = None) -> List[Interval]:
   """Profiles one step (timeline.ProfileIntervals) and writes
   out_dir/timeline.json and timeline.png.
 
@@ -64,11 +79,14 @@ def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
     out_dir: where the profile, timeline.json and timeline.png go.
     warmup: unprofiled calls of step_fn first.
     tasks: the step's schedule.Tasks (None: fill-drain, a cell per device).
+    replica_devices: with replicas, [replica][device] their devices' names
+      (timeline.Intervals).
 
   Returns:
     The step's Intervals.
   """
-  intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks)
+  intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks,
+                                       replica_devices=replica_devices)
   WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), tasks)
   WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), tasks)
   return intervals

@@ -11,7 +11,9 @@ micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
 schedule's tasks are given: then a device's forwards and backwards in time
 order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
-call (device k+1 waits for device k). A device's weight-gradient work
+call (device k+1 waits for device k), or, with replicas, named: each
+replica runs the schedule on devices of its own, which the trace tells
+apart by name only (their first calls interleave). A device's weight-gradient work
 (accumulator reads and deferred weight-gradient products, under
 scope_names.WEIGHT_GRADIENTS_SCOPE) is one WEIGHT_GRADIENTS interval per
 run of it between the device's cell calls (a zero-bubble step's W's, a
@@ -39,7 +41,8 @@ BACKWARD from there to the end of the call.
 
 Limits: the trace names no function, so cells are told apart by device,
 not by their '<cell name>_forward' names; one pipeline per step (two
-pipelines sharing devices break the fewest-ops rule); gradient ops that run
+pipelines sharing devices break the fewest-ops rule), its replicas given
+by their devices' names; gradient ops that run
 before the last recomputed op ends count as RECOMPUTE; a trace of several
 steps is rejected; a loop step (its actions are iterations of a
 tf.while_loop per device) is read as an unrolled one given its tasks, and
@@ -83,10 +86,11 @@ class Phase(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """Cell `cell` on `device` runs `phase` of `micro_batch` in [start, end),
-  its own kernels for `busy_us` of it (None: all of it). An inlined
-  (kept) action's interval can hold other actions' kernels: its own that
-  nothing waits for (bias gradients, accumulator additions) run late."""
+  """Cell `cell` of replica `replica` on `device` runs `phase` of
+  `micro_batch` in [start, end), its own kernels for `busy_us` of it
+  (None: all of it). An inlined (kept) action's interval can hold other
+  actions' kernels: its own that nothing waits for (bias gradients,
+  accumulator additions) run late."""
   cell: int
   device: str
   micro_batch: int
@@ -94,6 +98,7 @@ class Interval:
   start_us: float
   end_us: float
   busy_us: Optional[float] = None
+  replica: int = 0
 
   @property
   def work_us(self) -> float:
@@ -132,7 +137,8 @@ def _Materialize(tf: Any, outputs: Any) -> None:
   tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
 
 
-def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
+def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None,
+              replica_devices: Optional[Sequence[Sequence[str]]] = None
               ) -> List[Interval]:
   """The pipeline's busy intervals in one profiled step, sorted by start.
 
@@ -140,6 +146,9 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
     space: an XSpace (see LoadTrace) of exactly one pipelined training step.
     tasks: the step's schedule.Tasks, which label each device's calls; None:
       one cell per device in fill-drain order.
+    replica_devices: with replicas, [replica][device] the names of each
+      replica's devices in pipeline order (plan.Plan.DeviceNames); None:
+      one replica, its devices in the order of their first calls.
 
   Returns:
     Per cell and micro-batch a FORWARD interval, and a BACKWARD one preceded
@@ -152,7 +161,8 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   Raises:
     ValueError: no cell calls in the trace, or calls that do not form one
       GPipe step (several steps, a device whose forward and backward calls
-      differ in number, cells with different numbers of micro-batches).
+      differ in number, cells with different numbers of micro-batches), or
+      on devices other than replica_devices.
   """
   events = trace_calls.HostEvents(space)
   calls = trace_calls.OutermostCalls(events) + trace_calls.KeptScopeCalls(events)
@@ -176,30 +186,48 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None
   # A device's first call is a forward (a backward needs its forward's
   # outputs or output gradient): device k+1 starts after device k.
   in_order = sorted(by_partition.values(), key=lambda cs: cs[0].Span()[0])
+  devices = trace_calls.PartitionDevices(events)
+  places = _Places([devices.get(cs[0].partition) for cs in in_order], replica_devices)
   cells = [_SplitPhases(c, _DevicePhases(tasks, k, len(c)))
-           for k, c in enumerate(in_order)]
+           for c, (_, k) in zip(in_order, places)]
   if len({len(forwards) for forwards, _ in cells}) != 1:
     raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
                      'the cells of one pipeline step run M each.')
-  devices = trace_calls.PartitionDevices(events)
   origin = min(c.Span()[0] for c in calls)
-  labels = _Labels(tasks, len(cells), len(cells[0][0]))
+  num_devices = len(replica_devices[0]) if replica_devices else len(cells)
+  labels = _Labels(tasks, num_devices, len(cells[0][0]))
   intervals: List[Interval] = []
-  first_cell = {}  # partition -> its device's first cell
-  for k, (forwards, backwards) in enumerate(cells):
-    device = devices.get(forwards[0].partition, f'partition {k}')
-    intervals += _CellIntervals(labels[k], device, forwards, backwards, origin)
-    first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device)
+  first_cell = {}  # partition -> its device's first cell, device and replica
+  for i, ((forwards, backwards), (r, k)) in enumerate(zip(cells, places)):
+    device = devices.get(forwards[0].partition, f'partition {i}')
+    intervals += _CellIntervals(labels[k], device, forwards, backwards, origin, r)
+    first_cell[forwards[0].partition] = (min(c for c, _ in labels[k][0]), device, r)
   call_starts = {p: [c.Span()[0] for c in cs] for p, cs in by_partition.items()}
   for scope, phase in ((trace_calls.WEIGHT_GRADIENTS_SCOPE, Phase.WEIGHT_GRADIENTS),
                        (trace_calls.ALL_REDUCE_SCOPE, Phase.ALL_REDUCE)):
     for call in trace_calls.ScopeCalls(events, scope):
       if call.partition in first_cell and call.step[0] in steps:
-        cell, device = first_cell[call.partition]
+        cell, device, r = first_cell[call.partition]
         for start, end in _Runs(call, call_starts[call.partition]):
-          intervals.append(Interval(cell, device, -1, phase,
-                                    (start - origin) / 1e6, (end - origin) / 1e6))
-  return sorted(intervals, key=lambda i: (i.start_us, i.cell))
+          intervals.append(Interval(cell, device, -1, phase, (start - origin) / 1e6,
+                                    (end - origin) / 1e6, replica=r))
+  return sorted(intervals, key=lambda i: (i.start_us, i.replica, i.cell))
+
+
+def _Places(names: Sequence[Optional[str]],
+            replica_devices: Optional[Sequence[Sequence[str]]]) -> List[Tuple[int, int]]:
+  """(replica, device index in the replica) of each device with cell calls
+  (`names` in the order of their first calls, None where the trace names
+  none)."""
+  if replica_devices is None:
+    return [(0, k) for k in range(len(names))]
+  where = {name: (r, k) for r, row in enumerate(replica_devices)
+           for k, name in enumerate(row)}
+  if len(names) != len(where) or any(name not in where for name in names):
+    raise ValueError(f'The trace has cell calls on devices {list(names)}; the '
+                     f'replicas run on {[list(row) for row in replica_devices]}: '
+                     'pass the profiled pipeline\'s plan.DeviceNames().')
+  return [where[name] for name in names if name]
 
 
 def _Runs(call: Call, cuts: List[int]) -> List[Tuple[int, int]]:
@@ -321,7 +349,7 @@ def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[schedule.Phase]
 
 def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
                    forwards: Sequence[Call], backwards: Sequence[Call],
-                   origin_ps: int) -> List[Interval]:
+                   origin_ps: int, replica: int) -> List[Interval]:
   """One device's forward intervals, then its recompute and backward
   intervals, labelled in time order by `labels` (_Labels), in microseconds
   from origin_ps."""
@@ -339,7 +367,7 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
   for (cell, m), call in zip(labels[0], forwards):
     start, end = call.Span()
     out.append(Interval(cell, device, m, Phase.FORWARD, Us(start), Us(end),
-                        Busy(call, start, end)))
+                        Busy(call, start, end), replica))
   for (cell, m), call in zip(labels[1], backwards):
     start, end = call.Span()
     recomputed = [e.end_ps for name, e in call.Ops()
@@ -347,10 +375,10 @@ def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
     if recomputed:
       split = max(recomputed)
       out.append(Interval(cell, device, m, Phase.RECOMPUTE, Us(start), Us(split),
-                          Busy(call, start, split)))
+                          Busy(call, start, split), replica))
       start = split
     out.append(Interval(cell, device, m, Phase.BACKWARD, Us(start), Us(end),
-                        Busy(call, start, end)))
+                        Busy(call, start, end), replica))
   return out
 
 
@@ -373,8 +401,11 @@ def Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
 
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
                      attempts: int = 3,
-                     tasks: Optional[Sequence[schedule.Task]] = None) -> List[Interval]:
-  """Profiles one step (Profile) and returns its Intervals, profiling
+                     tasks: Optional[Sequence[schedule.Task]] = None,
+                     replica_devices: Optional[Sequence[Sequence[str]]] = None
+                     ) -> List[Interval]:
+  """Profiles one step (Profile) and returns its Intervals (of `tasks` and
+  `replica_devices`: Intervals), profiling
   another step when a trace does not parse as one GPipe step: the profiler
   can lose a cell call's events (seen once, in a loaded test run: a device
   with one of its two calls). Raises Intervals' error of the last of
@@ -384,7 +415,7 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
   for attempt in range(attempts):
     try:
       return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)),
-                       tasks)
+                       tasks, replica_devices)
     except ValueError as e:
       error = e
       logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,

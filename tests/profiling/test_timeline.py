@@ -100,9 +100,12 @@ def test_unoverlapped_all_reduce_of_hand_made_intervals():
       1 - (10 + 13) / 40)
 
 
-def test_replicas_all_reduce_shows_per_device(tmp_path):
-  """R=2 x K=2: each of the four devices has an ALL_REDUCE interval, after
-  its step gradients start."""
+def test_replicas_are_labelled_by_their_devices(tmp_path):
+  """R=2 x K=2, given the replicas' devices: each replica's two devices
+  run cells 0 and 1 (without them the four devices read as cells 0-3 in
+  the order of their first calls, which interleave); each device has an
+  ALL_REDUCE interval, after its step gradients start; the summary, the
+  trace's threads and the chart's rows count K=2 per replica."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.core.layers import linear
   from lingvo_pipe.pipeline import gpipe
@@ -121,7 +124,23 @@ def test_replicas_all_reduce_shows_per_device(tmp_path):
       loss = tf.reduce_sum(tf.square(pipe(tf.ones([8, 16]))))
     return loss, tape.gradient(loss, trained)
 
-  intervals = timeline.ProfileIntervals(Step, str(tmp_path))
+  names = pipe.plan.DeviceNames()
+  intervals = timeline.ProfileIntervals(Step, str(tmp_path), replica_devices=names)
+  placed = {(i.replica, i.cell, i.device) for i in intervals}
+  assert placed == {(r, c, names[r][c]) for r in range(2) for c in range(2)}
+  assert collections.Counter(
+      (i.replica, i.cell, i.micro_batch, i.phase) for i in intervals
+      if i.phase in (Phase.FORWARD, Phase.BACKWARD)) == {
+          (r, c, m, p): 1 for r in range(2) for c in range(2) for m in range(2)
+          for p in (Phase.FORWARD, Phase.BACKWARD)}
+  assert bubble.Summary(intervals).startswith('K=2 M=2 R=2 bubble: ')
+  record.WriteChromeTrace(intervals, str(tmp_path / 'timeline.json'))
+  with open(tmp_path / 'timeline.json') as f:
+    threads = [e['args']['name'] for e in json.load(f)['traceEvents'] if e['ph'] == 'M']
+  assert threads == [f'replica_{r} cell_{c} ({names[r][c]})' for r in range(2) for c in range(2)]
+  with pytest.raises(ValueError, match='replicas run on'):
+    timeline.Intervals(timeline.LoadTrace(timeline.Profile(Step, str(tmp_path / 'one'))),
+                       replica_devices=names[:1])
   reduce = {i.device: i for i in intervals if i.phase == Phase.ALL_REDUCE}
   weights = {i.device: i for i in intervals if i.phase == Phase.WEIGHT_GRADIENTS}
   assert len(reduce) == 4 and set(reduce) == set(weights)
