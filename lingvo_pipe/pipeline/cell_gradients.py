@@ -16,13 +16,12 @@ folding then infers the variable's reads with the wrong shape.)
 Projections that defer their weight gradients (deferred_grads) hand over
 factor pairs instead, and the step's gradient of such a weight is its
 accumulator (if the tape gave it a part too) plus one product of the pairs
-of all micro-batches. A backward split into I and W
-(remat.Decision.split) hands its factor pairs to its W instead
-(TakeSplitFactors), which adds their product into a sum of the step
-(AddProducts), or, in a loop step, into a sum the loop carries (Products),
-handed back after it (PutSums). These sums are tensors, not the
-accumulators: an update inside a loop iteration holds the next iteration
-back until it is done.
+of all micro-batches. A backward split into I and W (remat.Decision.split)
+hands its factor pairs to its W instead (TakeSplitFactors), which adds
+their product into a sum of the step (AddProducts), or, in a loop step,
+into a sum the loop carries (Products), handed back after it (PutSums).
+These sums are tensors, not the accumulators: an update inside a loop
+iteration holds the next iteration back until it is done.
 
 Per step: StartStep; per backward NextSink (the backward is traced per
 sink), Put inside the backward, Keep with the BackwardResult after it; per

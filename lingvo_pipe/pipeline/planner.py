@@ -195,7 +195,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     ValueError: if layers is empty, num_cells exceeds the number of layers,
       M does not divide the batch, optimizer_slots < 0, batch_dim is not
       0 or 1, the inputs break the micro-batch contract (micro_batch), or
-      the schedule cannot run the cells (schedule.CheckShape).
+      the schedule cannot run the cells (schedule.Actions).
     TypeError: if remat is not a RematPolicy.
   """
   if not isinstance(remat, RematPolicy):

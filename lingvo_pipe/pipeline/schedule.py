@@ -89,14 +89,6 @@ def BubbleFraction(num_cells: int, num_micro_batches: int) -> float:
   return (num_cells - 1) / (num_micro_batches + num_cells - 1)
 
 
-def CheckShape(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
-               cells_per_device: int = 1) -> None:
-  """Raises ValueError naming the value and the fix unless the schedule can
-  run K=num_devices devices with v=cells_per_device cells each and M
-  micro-batches."""
-  Actions(kind, num_devices, num_micro_batches, cells_per_device)
-
-
 def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
             cells_per_device: int = 1) -> actions.Schedule:
   """The actions of built-in schedule `kind` (built_in.Build; v as
@@ -135,7 +127,7 @@ def Tasks(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
   """Every forward and backward of built-in schedule `kind` (FromActions).
 
   Raises:
-    ValueError: for sizes the schedule cannot run (CheckShape).
+    ValueError: for sizes the schedule cannot run (Actions).
   """
   return FromActions(Actions(kind, num_devices, num_micro_batches, cells_per_device))
 

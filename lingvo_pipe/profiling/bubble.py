@@ -4,9 +4,10 @@ The measures read timeline.Intervals. The simulator's side: each cell's
 forwards and backwards (RECOMPUTE and BACKWARD together) per micro-batch
 give, as medians over micro-batches and replicas, the costs of its F and
 of its B or I (simulate.Costs); a W costs its device's WEIGHT_GRADIENTS
-time over the W actions the schedule gives it, a replica's on average. The bubble to compare with is MeasuredBubble: of the
-same actions, so without the deferred product after the last backward of
-a schedule with no W.
+time over the W actions the schedule gives it, a replica's on average.
+The bubble to compare with is MeasuredBubble: of the same actions, so
+without the deferred product after the last backward of a schedule with
+no W.
 """
 
 import statistics

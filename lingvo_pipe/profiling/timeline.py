@@ -13,13 +13,13 @@ order are those of its order in the schedule (schedule.Tasks: 1F1B,
 interleaved, with cells on the device). Devices are ordered by their first
 call (device k+1 waits for device k), or, with replicas, named: each
 replica runs the schedule on devices of its own, which the trace tells
-apart by name only (their first calls interleave). A device's weight-gradient work
-(accumulator reads and deferred weight-gradient products, under
-scope_names.WEIGHT_GRADIENTS_SCOPE) is one WEIGHT_GRADIENTS interval per
-run of it between the device's cell calls (a zero-bubble step's W's, a
-tail after the last backward), from its first op to its last: that work
-keeps the device busy, so the bubble does not count it as idle. With
-replicas, a device's all-reduce of its cells' gradients
+apart by name only (their first calls interleave). A device's
+weight-gradient work (accumulator reads and deferred weight-gradient
+products, under scope_names.WEIGHT_GRADIENTS_SCOPE) is one WEIGHT_GRADIENTS
+interval per run of it between the device's cell calls (a zero-bubble
+step's W's, a tail after the last backward), from its first op to its
+last: that work keeps the device busy, so the bubble does not count it as
+idle. With replicas, a device's all-reduce of its cells' gradients
 (scope_names.ALL_REDUCE_SCOPE) is an ALL_REDUCE interval likewise; the
 bubble leaves it out (it waits on the other replicas more than it
 computes), bubble.UnoverlappedAllReduceShare measures what of it no
@@ -42,8 +42,8 @@ BACKWARD from there to the end of the call.
 Limits: the trace names no function, so cells are told apart by device,
 not by their '<cell name>_forward' names; one pipeline per step (two
 pipelines sharing devices break the fewest-ops rule), its replicas given
-by their devices' names; gradient ops that run
-before the last recomputed op ends count as RECOMPUTE; a trace of several
+by their devices' names; gradient ops that run before the last recomputed
+op ends count as RECOMPUTE; a trace of several
 steps is rejected; a loop step (its actions are iterations of a
 tf.while_loop per device) is read as an unrolled one given its tasks, and
 without them rejected (its iterations look like several steps in one
@@ -405,11 +405,10 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
                      replica_devices: Optional[Sequence[Sequence[str]]] = None
                      ) -> List[Interval]:
   """Profiles one step (Profile) and returns its Intervals (of `tasks` and
-  `replica_devices`: Intervals), profiling
-  another step when a trace does not parse as one GPipe step: the profiler
-  can lose a cell call's events (seen once, in a loaded test run: a device
-  with one of its two calls). Raises Intervals' error of the last of
-  `attempts` profiles."""
+  `replica_devices`: Intervals), profiling another step when a trace does
+  not parse as one GPipe step: the profiler can lose a cell call's events
+  (seen once, in a loaded test run: a device with one of its two calls).
+  Raises Intervals' error of the last of `attempts` profiles."""
   if attempts < 1:
     raise ValueError(f'attempts must be >= 1, got {attempts}.')
   for attempt in range(attempts):

@@ -30,9 +30,6 @@ from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
-StepFn = Callable[[tf.Tensor], tf.Tensor]
-
-
 def NextToken(logits: tf.Tensor, temperature: float, top_k: int,
               seed: Tuple[int, int]) -> tf.Tensor:
   """Draws ids [B] from logits [B, V]: argmax if temperature is 0, else
