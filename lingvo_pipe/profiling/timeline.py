@@ -68,6 +68,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from absl import logging
 
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.profiling import call_phases
 from lingvo_pipe.profiling import trace_calls
 from lingvo_pipe.profiling.trace_calls import Call
 from lingvo_pipe.profiling.trace_calls import LoadTrace  # part of this module's API
@@ -188,7 +189,7 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None,
   in_order = sorted(by_partition.values(), key=lambda cs: cs[0].Span()[0])
   devices = trace_calls.PartitionDevices(events)
   places = _Places([devices.get(cs[0].partition) for cs in in_order], replica_devices)
-  cells = [_SplitPhases(c, _DevicePhases(tasks, k, len(c)))
+  cells = [call_phases.Split(c, call_phases.DevicePhases(tasks, k, len(c)))
            for c, (_, k) in zip(in_order, places)]
   if len({len(forwards) for forwards, _ in cells}) != 1:
     raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
@@ -265,86 +266,6 @@ def _Labels(tasks: Optional[Sequence[schedule.Task]], num_devices: int,
                      f'per device; the trace {num_forwards}: not one step of this '
                      'schedule (profile exactly one, with steps_per_loop=1).')
   return labels
-
-
-def _DevicePhases(tasks: Optional[Sequence[schedule.Task]], device: int,
-                  num_calls: int) -> List[schedule.Phase]:
-  """The phases of device `device`'s tasks in schedule order; without
-  tasks, fill-drain's: num_calls // 2 forwards, then as many backwards."""
-  if tasks is None:
-    return ([schedule.Phase.FORWARD] * (num_calls // 2) +
-            [schedule.Phase.BACKWARD] * (num_calls - num_calls // 2))
-  return [t.phase for t in sorted(tasks, key=lambda t: t.clock) if t.device == device]
-
-
-def _SplitPhases(calls: List[Call], phases: Sequence[schedule.Phase]
-                 ) -> Tuple[List[Call], List[Call]]:
-  """(forward calls, backward calls) of one device, each in time order;
-  `calls` in time order, `phases` those of the device's schedule
-  (_DevicePhases).
-
-  A kept micro-batch's calls say what they are by their scope. Of the
-  others, a device runs as many forwards as backwards, and a forward runs
-  fewer distinct ops than a backward (which reruns part of it and adds
-  gradient ops): the half of the calls with the fewest ops are the
-  forwards. Counts of one function vary (the profiler misses short ops: ffn
-  K=2 M=16 with one thread per device saw 16 to 20 in forwards, 49 to 317
-  in backwards). Forward calls are not always the first ones: a last cell's
-  forward whose outputs no gradient needs may run late.
-
-  Compiled calls run no ops the trace shows, so on a device with any, the
-  calls take `phases` in time order (_SplitInScheduleOrder).
-  """
-  if any(c.compiled for c in calls):
-    return _SplitInScheduleOrder(calls, phases)
-  forwards = [c for c in calls if c.scope == trace_calls.KEPT_FORWARD_SCOPE]
-  backwards = [c for c in calls if c.scope == trace_calls.KEPT_BACKWARD_SCOPE]
-  called = [c for c in calls if c.scope is None]
-  sizes = [len({name for name, _ in call.Ops()}) for call in called]
-  by_size = sorted(range(len(called)), key=lambda i: sizes[i])
-  half = len(called) // 2
-  if (len(forwards) != len(backwards) or len(called) % 2 or
-      (called and sizes[by_size[half - 1]] == sizes[by_size[half]])):
-    raise ValueError(f'A device ran {len(called)} cell calls with distinct op '
-                     f'counts {sorted(sizes)}, {len(forwards)} kept forwards '
-                     f'and {len(backwards)} kept backwards: not M forwards '
-                     'and M larger backwards; the trace is not one GPipe '
-                     'step (profile exactly one, with steps_per_loop=1).')
-  forwards += [called[i] for i in by_size[:half]]
-  backwards += [called[i] for i in by_size[half:]]
-
-  def InTimeOrder(some: List[Call]) -> List[Call]:
-    return sorted(some, key=lambda c: c.Span()[0])
-
-  return InTimeOrder(forwards), InTimeOrder(backwards)
-
-
-def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[schedule.Phase]
-                          ) -> Tuple[List[Call], List[Call]]:
-  """(forward calls, backward calls) of a device whose cells are compiled:
-  its i-th call in time order runs the phase of its i-th task, as the
-  control edges between a device's calls keep its schedule's order.
-
-  A compiled forward and the compiled backward of a micro-batch whose
-  activations the cell keeps are alike in the trace (one XLA program run
-  each); a recomputing backward is an uncompiled call with per-op events
-  (its accumulator updates) around its compiled gradient, and every
-  forward is compiled: a call that contradicts this raises.
-  """
-  if len(calls) != len(phases):
-    raise ValueError(f'A device ran {len(calls)} cell calls; its schedule has '
-                     f'{len(phases)} tasks: the trace is not one pipeline step '
-                     '(profile exactly one, with steps_per_loop=1).')
-  forwards: List[Call] = []
-  backwards: List[Call] = []
-  for i, (call, phase) in enumerate(zip(calls, phases)):
-    if phase == schedule.Phase.FORWARD and not call.compiled:
-      raise ValueError(f'Call {i} of a device with compiled cells has per-op '
-                       'events where its schedule runs a forward: its calls '
-                       'did not run in schedule order, which the timeline of '
-                       'compiled cells needs.')
-    (forwards if phase == schedule.Phase.FORWARD else backwards).append(call)
-  return forwards, backwards
 
 
 def _CellIntervals(labels: Tuple[List[_Label], List[_Label]], device: str,
