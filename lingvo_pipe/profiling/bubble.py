@@ -131,6 +131,7 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
     raise ValueError(f'The timeline has no forward or no backward of cell {missing[0]} '
                      f'(of {num_cells}); profile a training step of the whole pipeline.')
   backward = [statistics.median(per_cell[c]) for c in range(num_cells)]
+  num_replicas = NumReplicas(intervals)
   weight = [0.0] * num_cells
   for d, row in enumerate(schedule_actions.devices):
     num_w = sum(a.kind == actions.ActionKind.W for a in row)
@@ -139,7 +140,7 @@ def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Sched
       w_time = sum(i.end_us - i.start_us for i in intervals
                    if i.phase == Phase.WEIGHT_GRADIENTS and i.cell in cells)
       for c in cells:
-        weight[c] = w_time / (num_w * NumReplicas(intervals))
+        weight[c] = w_time / (num_w * num_replicas)
   for row in schedule_actions.devices:
     for a in row:
       if a.kind in (actions.ActionKind.B, actions.ActionKind.I):

@@ -222,13 +222,13 @@ def _Places(names: Sequence[Optional[str]],
   none)."""
   if replica_devices is None:
     return [(0, k) for k in range(len(names))]
-  where = {name: (r, k) for r, row in enumerate(replica_devices)
-           for k, name in enumerate(row)}
+  where: Dict[Optional[str], Tuple[int, int]] = {
+      name: (r, k) for r, row in enumerate(replica_devices) for k, name in enumerate(row)}
   if len(names) != len(where) or any(name not in where for name in names):
     raise ValueError(f'The trace has cell calls on devices {list(names)}; the '
                      f'replicas run on {[list(row) for row in replica_devices]}: '
                      'pass the profiled pipeline\'s plan.DeviceNames().')
-  return [where[name] for name in names if name]
+  return [where[name] for name in names]
 
 
 def _Runs(call: Call, cuts: List[int]) -> List[Tuple[int, int]]:
