@@ -38,6 +38,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import deferred_grads
+from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import scope_names
 
 
@@ -124,11 +125,14 @@ class CellGradients:
     """Sets to zero, for a loop step, the accumulators its backwards add
     to: not those of weights whose gradient is all deferred (known once a
     backward is traced), which thus take no memory, as in an unrolled step
-    (a loop's W's add into sums it carries)."""
+    (a loop's W's add into sums it carries). The zeros are made when the
+    step runs: a tf.zeros of static shape is folded into a constant that
+    the graph holds between steps, one weight-sized per weight shape and
+    device."""
     with tf.device(self._device):
       for i, (acc, spec) in enumerate(zip(self._accumulators, self._specs)):
         if i not in self._deferred_only:
-          tf.raw_ops.AssignVariableOp(resource=acc, value=tf.zeros(spec.shape, spec.dtype))
+          tf.raw_ops.AssignVariableOp(resource=acc, value=loop_arrays.FreshZeros([spec])[0])
           self._written.add(i)
 
   def TakeFactors(self) -> FactorPairs:
