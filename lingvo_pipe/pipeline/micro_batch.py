@@ -85,6 +85,19 @@ def NumMicroBatches(p: hyperparams.Params,
   return batch_size // p.micro_batch_size
 
 
+def BatchMultiple(p: hyperparams.Params) -> int:
+  """What every batch an evaluation step of PipeliningLayer params `p`
+  takes is a multiple of (replica 0 evaluates the whole batch alone):
+  p.micro_batch_size if set, else p.num_micro_batches. Decoders pad their
+  batches to it.
+
+  Raises:
+    ValueError: as NumMicroBatches, for values that set no M.
+  """
+  NumMicroBatches(p, None)
+  return p.micro_batch_size or p.num_micro_batches
+
+
 def CheckPaths(entries: Any, param: str) -> Tuple[str, ...]:
   """The entries of `param` (broadcast_inputs or summed_outputs) as paths;
   an int i is the path 'i'.

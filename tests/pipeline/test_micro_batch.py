@@ -105,3 +105,22 @@ def test_num_micro_batches(kwargs, batch, m):
 def test_num_micro_batches_errors(kwargs, batch, match):
   with pytest.raises(ValueError, match=match):
     micro_batch.NumMicroBatches(_Params(**kwargs), batch)
+
+
+@pytest.mark.parametrize('kwargs,multiple', [
+    (dict(num_micro_batches=4), 4),
+    (dict(micro_batch_size=3), 3),
+    (dict(micro_batch_size=3, num_micro_batches=2), 3),
+])
+def test_batch_multiple_is_what_sets_m(kwargs, multiple):
+  """Decoders pad to it: with micro_batch_size M follows the batch, so a
+  batch of any multiple of the size runs."""
+  p = _Params(**kwargs)
+  assert micro_batch.BatchMultiple(p) == multiple
+  for batch in (multiple, 5 * multiple):
+    micro_batch.NumMicroBatches(p, batch)
+
+
+def test_batch_multiple_refuses_params_that_set_no_m():
+  with pytest.raises(ValueError, match=r'num_micro_batches \(0\) must be >= 1'):
+    micro_batch.BatchMultiple(_Params(num_micro_batches=0))

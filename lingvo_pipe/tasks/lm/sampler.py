@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.tasks.lm import layers as lm_layers
@@ -199,9 +200,10 @@ class FullWindowSampler:
     self.stack = stack
     self.batch_size = batch_size
     self.window = window or stack.params.seq_len
-    num_micro = max(stack.params.pipeline.num_micro_batches, 1)
-    # The pipeline's micro-batches need a batch they divide: pad with rows.
-    self.padded = -(-batch_size // num_micro) * num_micro
+    # The pipeline takes batches of a multiple of its micro-batches (or of
+    # their size): pad with rows.
+    multiple = micro_batch.BatchMultiple(stack.params.pipeline)
+    self.padded = -(-batch_size // multiple) * multiple
 
     def Logits(window_ids: tf.Tensor, last: tf.Tensor) -> tf.Tensor:
       ids = tf.pad(window_ids, [[0, self.padded - batch_size], [0, 0]])

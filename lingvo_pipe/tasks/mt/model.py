@@ -9,6 +9,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.tasks import decoding
 from lingvo_pipe.tasks.lm import model as lm_model
 from lingvo_pipe.tasks.mt import beam_search
@@ -88,12 +89,14 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
     k = p.beam_size
     src_ids, src_paddings = batch.src_ids, batch.src_paddings
     batch_size = src_ids.shape[0]
-    num_micro = p.model.pipeline.num_micro_batches
-    if batch_size is not None and (batch_size * k) % max(num_micro, 1):
+    multiple = micro_batch.BatchMultiple(p.model.pipeline)
+    if batch_size is not None and (batch_size * k) % multiple:
+      what = ('micro_batch_size' if p.model.pipeline.micro_batch_size
+              else 'num_micro_batches')
       raise ValueError(f'Decoding {batch_size} examples with beam_size {k} '
-                       f'gives {batch_size * k} rows, which the pipeline\'s '
-                       f'{num_micro} micro-batches do not divide; use a batch '
-                       f'size that is a multiple of {num_micro}.')
+                       f'gives {batch_size * k} rows, not a multiple of the '
+                       f'pipeline\'s {what} ({multiple}); use a batch size '
+                       f'that is a multiple of {multiple}.')
     if batch_size is None:
       batch_size = tf.shape(src_ids)[0]
     with base_layer.EvalMode():
@@ -109,11 +112,11 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
     return NestedMap(ids=out.ids, scores=out.scores, lengths=out.lengths)
 
   def PromptBatch(self, text: str) -> NestedMap:
-    """One example per line of `text`, repeated up to a multiple of the
-    pipeline's micro-batches (is_real marks the given ones)."""
+    """One example per line of `text`, repeated up to a batch the pipeline
+    takes (micro_batch.BatchMultiple; is_real marks the given ones)."""
     lines = [line.encode('utf-8') for line in text.split('\n')]
-    num_micro = max(self.params.model.pipeline.num_micro_batches, 1)
-    size = -(-len(lines) // num_micro) * num_micro
+    multiple = micro_batch.BatchMultiple(self.params.model.pipeline)
+    size = -(-len(lines) // multiple) * multiple
     src = mt_input.Encode(lines + [lines[-1]] * (size - len(lines)),
                           self.params.model.src_len, add_eos=False)
     return NestedMap(src_ids=tf.constant(src),

@@ -11,12 +11,12 @@ from lingvo_pipe.tasks.lm import sampler
 BATCH, WINDOW = 4, 12
 
 
-def _Stack(k=2, m=2):
+def _Stack(k=2, m=2, micro_batch_size=0):
   p = lm_layers.GPipeTransformerStack.Params().Set(
       name='stack', vocab_size=32, model_dim=16, num_heads=2, hidden_dim=32,
       num_layers=3, batch_size=BATCH, seq_len=WINDOW, residual_keep_prob=0.8,
       random_seed=3)
-  p.pipeline.Set(num_partitions=k, num_micro_batches=m)
+  p.pipeline.Set(num_partitions=k, num_micro_batches=m, micro_batch_size=micro_batch_size)
   return p.Instantiate()
 
 
@@ -26,7 +26,7 @@ def _Prompt(length):
 
 def _Run(cls, stack, prompt, steps, **kwargs):
   seen = []
-  out = cls(stack, BATCH).Sample(prompt, steps, on_logits=lambda s, l: seen.append(l.numpy()),
+  out = cls(stack, prompt.shape[0]).Sample(prompt, steps, on_logits=lambda s, l: seen.append(l.numpy()),
                                  **kwargs)
   return out, np.stack(seen)
 
@@ -45,6 +45,17 @@ def test_cached_equals_full_window(prompt_len, temperature, top_k):
                              atol=1e-5 * np.abs(full_logits).max())
   np.testing.assert_array_equal(cached, full)
   assert cached.shape == (BATCH, 20)
+
+
+def test_full_window_pads_to_a_batch_of_micro_batch_size_rows():
+  """Three rows, micro-batches of two: the full window runs four."""
+  stack = _Stack(m=1, micro_batch_size=2)
+  prompt = _Prompt(5)[:3]
+  full, full_logits = _Run(sampler.FullWindowSampler, stack, prompt, 4, seed=7)
+  cached, cached_logits = _Run(sampler.CachedSampler, stack, prompt, 4, seed=7)
+  np.testing.assert_allclose(cached_logits, full_logits, rtol=1e-5,
+                             atol=1e-5 * np.abs(full_logits).max())
+  np.testing.assert_array_equal(cached, full)
 
 
 def test_top_k_draws_only_the_k_best():

@@ -13,13 +13,14 @@ from lingvo_pipe.tasks.mt import model as mt_model
 BATCH, LEN = 8, 8
 
 
-def _Task(k, m, beam_size, seed=5):
+def _Task(k, m, beam_size, seed=5, micro_batch_size=0):
   p = mt_model.TranslationTask.Params().Set(name='mt', beam_size=beam_size,
                                             length_alpha=0.0, random_seed=seed)
   p.model.Set(vocab_size=256, model_dim=16, num_heads=2, hidden_dim=32,
               num_encoder_layers=1, num_decoder_layers=2, batch_size=BATCH,
               src_len=LEN, tgt_len=LEN)
-  p.model.pipeline.Set(num_partitions=k, num_micro_batches=m)
+  p.model.pipeline.Set(num_partitions=k, num_micro_batches=m,
+                       micro_batch_size=micro_batch_size)
   return p.Instantiate()
 
 
@@ -93,3 +94,23 @@ def test_a_batch_the_micro_batches_do_not_divide_is_an_error():
   with pytest.raises(ValueError, match='multiple of 4'):
     task.Decode(task.theta, NestedMap(src_ids=batch.src_ids[:6],
                                       src_paddings=batch.src_paddings[:6]))
+
+
+def test_a_batch_the_micro_batch_size_does_not_divide_is_an_error():
+  task = _Task(2, 1, 1, micro_batch_size=4)
+  batch = _Batch()
+  with pytest.raises(ValueError, match=r"pipeline's micro_batch_size \(4\); use a batch "
+                     'size that is a multiple of 4'):
+    task.Decode(task.theta, NestedMap(src_ids=batch.src_ids[:6],
+                                      src_paddings=batch.src_paddings[:6]))
+
+
+@pytest.mark.parametrize('pipeline', [dict(num_micro_batches=2), dict(micro_batch_size=4)])
+def test_prompts_are_padded_to_a_batch_the_pipeline_takes(pipeline):
+  """Three prompts: four rows, M=2 of two rows, or M=1 of micro_batch_size 4."""
+  task = _Task(2, pipeline.get('num_micro_batches', 1), 1,
+               micro_batch_size=pipeline.get('micro_batch_size', 0))
+  batch = task.PromptBatch('ab\ncd\nef')
+  assert batch.src_ids.shape[0] == 4
+  out = _Decode(task, batch)
+  assert out.ids.shape == [4, LEN]
