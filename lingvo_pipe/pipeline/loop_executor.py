@@ -34,7 +34,7 @@ a cell's gradients are all-reduced once its devices' loops end, while
 other devices' loops still run.
 """
 
-import dataclasses
+import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
@@ -80,15 +80,12 @@ class LoopExecutor:
     self._thetas = [list(row) for row in thetas[:self._num_replicas]]
     self._micro_size = micro_size
     self._loss_fn = loss_fn
-    kept = remat.Decide(plan.policy, plan.remat_last_micro_batch, 0, num_micro,
-                        backward_follows=True)
+    decide = functools.partial(remat.DecideInLoop, plan.policy, plan.remat_last_micro_batch,
+                               num_micro)
     self._tables = tables = loop_tables.Build(plan.Actions(num_micro),
-                                              loss_fn is not None and kept.record)
-    defer = plan.policy == remat.RematPolicy.PER_CELL
-    self._decisions = [remat.Decision(
-        record=False, inline=False, per_layer=plan.policy == remat.RematPolicy.PER_LAYER,
-        defer=defer, split=defer and split) for split in tables.split]
-    self._kept_decision = dataclasses.replace(kept, split=kept.defer and tables.split[-1])
+                                              loss_fn is not None and decide(kept=True).record)
+    self._decisions = [decide(kept=False, split=split) for split in tables.split]
+    self._kept_decision = decide(kept=True, split=tables.split[-1])
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
                             for r, row in enumerate(self._runners)]
