@@ -1,24 +1,17 @@
 """bfloat16 activations halve what a step keeps: the allocator peak.
 
-Each configuration runs the benchmark program in a fresh process with
-TF_CPU_ALLOCATOR_USE_BFC=true, as tests/pipeline/test_schedule_memory.py
-does, in float32 and in bfloat16. float32 master weights and gradients
-are the same in both.
+Each configuration runs the benchmark program in a fresh process
+(tests/bench_run.py), in float32 and in bfloat16. float32 master weights
+and gradients are the same in both.
 """
 
-import json
-
-from tests import fresh_process
+from tests import bench_run
 
 
 def _PeakBytes(fprop_dtype: str, *flags: str) -> int:
-  out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act', '--k=4',
-      '--m=8', '--steps=1', '--warmup=0', f'--fprop_dtype={fprop_dtype}', *flags,
-      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
-  result = json.loads(out.strip().splitlines()[-1])
-  print(result)
-  return result['bfc_peak_bytes']
+  return bench_run.PipelineBench(
+      '--workload=transformer-act', '--k=4', '--m=8', '--steps=1', '--warmup=0',
+      f'--fprop_dtype={fprop_dtype}', *flags)['bfc_peak_bytes']
 
 
 def test_without_remat():

@@ -1,32 +1,24 @@
 """A loop step holds no more memory between steps than the unrolled step,
 and peaks near it.
 
-Each configuration runs the benchmark program in a fresh process with
-TF_CPU_ALLOCATOR_USE_BFC=true, as tests/pipeline/test_remat_memory.py
-does. The switch branches of a loop clock return a piece for every cell
-of their device; idle pieces made of tf.zeros were folded by the runtime
-into constants that the graph keeps for good: at ffn B256 K=2 M=4, 197 MB
-held between steps beside 136 MB of weights.
+Each configuration runs the benchmark program in a fresh process
+(tests/bench_run.py). The switch branches of a loop clock return a piece
+for every cell of their device; idle pieces made of tf.zeros were folded
+by the runtime into constants that the graph keeps for good: at ffn B256
+K=2 M=4, 197 MB held between steps beside 136 MB of weights.
 """
-
-import json
 
 import pytest
 
-from tests import fresh_process
+from tests import bench_run
 
 
 def _Bytes(schedule: str, loop_min_micro_batches: int, batch: int = 64,
            num_micro: int = 4, remat: str = 'per_cell') -> dict:
-  out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=ffn', f'--batch={batch}', '--k=2',
-      f'--m={num_micro}', '--steps=1', '--warmup=0', f'--schedule={schedule}',
-      f'--remat={remat}',
-      f'--loop_min_micro_batches={loop_min_micro_batches}',
-      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
-  result = json.loads(out.strip().splitlines()[-1])
-  print(result)
-  return result
+  return bench_run.PipelineBench(
+      '--workload=ffn', f'--batch={batch}', '--k=2', f'--m={num_micro}', '--steps=1',
+      '--warmup=0', f'--schedule={schedule}', f'--remat={remat}',
+      f'--loop_min_micro_batches={loop_min_micro_batches}')
 
 
 def _HeldBytes(schedule: str, loop_min_micro_batches: int, remat: str) -> int:

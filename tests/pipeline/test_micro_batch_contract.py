@@ -4,7 +4,6 @@ a ValueError naming the input or output and the fix."""
 
 import re
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -13,6 +12,8 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import gpipe
+
+from tests import transparency
 
 B, D = 8, 8  # D == B: a broadcast [D, D] table has the batch size at batch_dim
 
@@ -105,16 +106,6 @@ def _Pipelined(pipe, inputs, loss_fn):
   return out, loss, tape.gradient(loss, list(pipe.trainable_variables) + flat)
 
 
-def _AssertClose(actual, expected):
-  np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=1e-5, atol=1e-6)
-
-
-def _AssertAllClose(actual, expected):
-  assert len(actual) == len(expected)
-  for a, e in zip(actual, expected):
-    _AssertClose(a, e)
-
-
 @pytest.mark.parametrize('num_micro', [1, 4])
 def test_nested_input_whose_broadcast_keys_sort_before_the_batch_key(num_micro):
   """tf.nest orders 'a_mask' and 'aux' before the batch entry 'x'; they
@@ -133,14 +124,14 @@ def test_nested_input_whose_broadcast_keys_sort_before_the_batch_key(num_micro):
   split = [False, False, True]  # a_mask, aux, x: tf.nest's (sorted) order
   outs, ref_loss, ref_grads = _Reference(pipe, inputs, split, num_micro, Loss)
   (y, aux), loss, grads = _Pipelined(pipe, inputs, Loss)
-  _AssertClose(y, tf.concat([o[0] for o in outs], 0))
-  _AssertClose(aux, tf.add_n([o[1] for o in outs]))
-  _AssertClose(loss, ref_loss)
-  _AssertAllClose(grads, ref_grads)
+  transparency.AssertClose(y, tf.concat([o[0] for o in outs], 0))
+  transparency.AssertClose(aux, tf.add_n([o[1] for o in outs]))
+  transparency.AssertClose(loss, ref_loss)
+  transparency.AssertClose(grads, ref_grads)
   with base_layer.EvalMode():
     eval_y, eval_aux = pipe(*inputs)
-  _AssertClose(eval_y, y)
-  _AssertClose(eval_aux, aux)
+  transparency.AssertClose(eval_y, y)
+  transparency.AssertClose(eval_aux, aux)
 
 
 def test_broadcast_input_with_the_batch_size_at_batch_dim_is_not_split():
@@ -157,9 +148,9 @@ def test_broadcast_input_with_the_batch_size_at_batch_dim_is_not_split():
 
   outs, ref_loss, ref_grads = _Reference(pipe, inputs, [True, False], num_micro, Loss)
   y, loss, grads = _Pipelined(pipe, inputs, Loss)
-  _AssertClose(y, tf.concat([o[0] for o in outs], 0))
-  _AssertClose(loss, ref_loss)
-  _AssertAllClose(grads, ref_grads)
+  transparency.AssertClose(y, tf.concat([o[0] for o in outs], 0))
+  transparency.AssertClose(loss, ref_loss)
+  transparency.AssertClose(grads, ref_grads)
 
 
 def test_summed_output_is_the_sum_over_micro_batches():
@@ -175,9 +166,9 @@ def test_summed_output_is_the_sum_over_micro_batches():
 
   _, ref_loss, ref_grads = _Reference(pipe, inputs, [True, False], num_micro, Loss)
   (_, table), loss, grads = _Pipelined(pipe, inputs, Loss)
-  _AssertClose(table, num_micro * inputs[1])
-  _AssertClose(loss, ref_loss)
-  _AssertAllClose(grads, ref_grads)
+  transparency.AssertClose(table, num_micro * inputs[1])
+  transparency.AssertClose(loss, ref_loss)
+  transparency.AssertClose(grads, ref_grads)
 
 
 # --- errors ------------------------------------------------------------------

@@ -1,24 +1,18 @@
 """Rematerialization cuts the allocator peak of a training step.
 
-Each configuration runs the benchmark program in a fresh process with
-TF_CPU_ALLOCATOR_USE_BFC=true (see docs/design.md), so peaks are per process.
+Each configuration runs the benchmark program in a fresh process
+(tests/bench_run.py), so peaks are per process.
 """
-
-import json
 
 import pytest
 
-from tests import fresh_process
+from tests import bench_run
 
 
 def _PeakBytes(*flags: str, seq: int = 128) -> int:
-  out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act', '--batch=8',
-      f'--seq={seq}', '--num_layers=6', '--steps=1', '--warmup=0', *flags,
-      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
-  result = json.loads(out.strip().splitlines()[-1])
-  print(result)
-  return result['bfc_peak_bytes']
+  return bench_run.PipelineBench(
+      '--workload=transformer-act', '--batch=8', f'--seq={seq}', '--num_layers=6',
+      '--steps=1', '--warmup=0', *flags)['bfc_peak_bytes']
 
 
 def test_remat_peak_is_well_below_no_remat():

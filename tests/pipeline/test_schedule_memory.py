@@ -1,28 +1,22 @@
 """1F1B keeps fewer micro-batches alive than fill-drain: the allocator peak.
 
-Each configuration runs the benchmark program in a fresh process with
-TF_CPU_ALLOCATOR_USE_BFC=true, as tests/pipeline/test_remat_memory.py does.
+Each configuration runs the benchmark program in a fresh process
+(tests/bench_run.py).
 K=4 cells of one Transformer layer each, M=8: without remat, fill-drain
 keeps all 8 micro-batches' activations on every cell until its drain, 1F1B
 at most 4-k on cell k (10 of 32 in all).
 """
 
-import json
-
 import pytest
 
-from tests import fresh_process
+from tests import bench_run
 
 
 def _PeakBytes(schedule: str, remat: str) -> int:
-  out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=transformer-act', '--batch=8',
-      '--seq=128', '--num_layers=4', '--k=4', '--m=8', '--steps=1', '--warmup=0',
-      f'--remat={remat}', f'--schedule={schedule}',
-      env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
-  result = json.loads(out.strip().splitlines()[-1])
-  print(result)
-  return result['bfc_peak_bytes']
+  return bench_run.PipelineBench(
+      '--workload=transformer-act', '--batch=8', '--seq=128', '--num_layers=4', '--k=4',
+      '--m=8', '--steps=1', '--warmup=0', f'--remat={remat}',
+      f'--schedule={schedule}')['bfc_peak_bytes']
 
 
 def test_one_f_one_b_without_remat_peaks_well_below_fill_drain():
@@ -52,9 +46,8 @@ def test_weight_gradient_sums_do_not_outlive_the_step(schedule, remat):
   the step destroys once read. So at most the allocator's own small
   buffers are held after the step (measured at B64 K=2 M=4: 0.4-0.6 MB;
   129 MiB when the sums and accumulators were variables)."""
-  out = fresh_process.RunPython(
-      '-m', 'benchmarks.pipeline_bench', '--workload=ffn', '--batch=64', '--k=2', '--m=4',
-      '--steps=1', '--warmup=0', f'--remat={remat}', f'--schedule={schedule}',
-      '--loop_min_micro_batches=0', env={'TF_CPU_ALLOCATOR_USE_BFC': 'true'}).stdout
-  held = json.loads(out.strip().splitlines()[-1])['bfc_held_bytes']
+  held = bench_run.PipelineBench(
+      '--workload=ffn', '--batch=64', '--k=2', '--m=4', '--steps=1', '--warmup=0',
+      f'--remat={remat}', f'--schedule={schedule}',
+      '--loop_min_micro_batches=0')['bfc_held_bytes']
   assert held < 2**20, held

@@ -11,11 +11,6 @@ from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 
-def _Close(a, b):
-  np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
-                             tf.convert_to_tensor(b).numpy(), rtol=1e-5, atol=1e-6)
-
-
 def test_convnet_classifier_equals_its_layers_per_micro_batch():
   layers, shape = models.ConvNetLayers(keep_prob=1.0)
   layers[-1] = linear.ProjectionLayer.Params().Set(name='proj', input_dim=4, output_dim=10)
@@ -33,9 +28,9 @@ def test_convnet_classifier_equals_its_layers_per_micro_batch():
   logits = ref.y[0][:, :-1]
   out = net(images, labels)
   assert out.logits.shape == (shape[0], 10)
-  _Close(out.logits, logits)
+  transparency.AssertClose(out.logits, logits)
   targets = 0.9 * tf.one_hot(labels, 10) + 0.01
-  _Close(out.loss, tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(targets, logits)))
+  transparency.AssertClose(out.loss, tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(targets, logits)))
 
 
 def test_transformer_stack_loss_ignores_padded_tokens():
@@ -49,4 +44,4 @@ def test_transformer_stack_loss_ignores_padded_tokens():
   out = stack(ids, paddings, ids)
   assert out.logits.shape == (4, 6, 16)
   expected = np.sum(out.per_token_loss.numpy() * (1 - paddings.numpy())) / 20
-  _Close(out.loss, expected)
+  transparency.AssertClose(out.loss, expected)
