@@ -114,8 +114,8 @@ class PipeliningLayer(base_layer.BaseLayer):
              "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
              "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
-    p.Define('loop_min_micro_batches', None, 'Train with M >= this as one '
-             'tf.while_loop per device (loop_executor): a step graph of a few calls '
+    p.Define('loop_min_micro_batches', None, 'Train and evaluate with M >= this as '
+             'one tf.while_loop per device (loop_executor): a step graph of a few calls '
              "per cell whatever M; every micro-batch recomputed but the last cell's "
              'that remat keeps. 0: never (unrolled, executor); None: from where it '
              'was measured no slower (plan.LoopFromM, docs/schedules.md).')
@@ -273,17 +273,16 @@ class PipeliningLayer(base_layer.BaseLayer):
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
                 ) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches.
-    The one place that chooses the emission: in training from plan.LoopFromM's
-    M a loop per device (loop_executor), else unrolled (executor); evaluation
-    runs replica 0 on the whole batch."""
+    The one place that chooses the emission: from plan.LoopFromM's M a loop
+    per device (loop_executor), else unrolled (executor), in training and
+    evaluation alike; evaluation runs replica 0 on the whole batch."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
                                              inputs, num_micro)
     args = (resolved, self._replica_runners, thetas, batches.micro_inputs,
             batches.micro_size)
-    if training and resolved.Loops(num_micro):
-      return loop_executor.LoopExecutor(*args, loss_fn), batches
-    return executor.Executor(*args, training, loss_fn), batches
+    emit = loop_executor.LoopExecutor if resolved.Loops(num_micro) else executor.Executor
+    return emit(*args, training, loss_fn), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):

@@ -29,9 +29,11 @@ Every micro-batch but the last cell's KEPT ones is recomputed in its
 backward (PER_LAYER per layer, other policies the cell whole). With the
 loss inside (Run) the last cell's F also computes its micro-batch's loss
 and output gradients; with the loss outside (Forwards, then Backwards)
-each device runs two loops, its forwards and then the rest. With replicas
-a cell's gradients are all-reduced once its devices' loops end, while
-other devices' loops still run.
+each device runs two loops, its forwards and then the rest; in
+evaluation its forwards alone (the loss, if any, after them). With
+replicas a cell's gradients are all-reduced once its devices' loops end,
+while other devices' loops still run. What the step hands back is read
+from the loops' final states (loop_results).
 """
 
 import functools
@@ -40,17 +42,18 @@ from typing import Any, Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import loop_probes
 from lingvo_pipe.pipeline import loop_queues
+from lingvo_pipe.pipeline import loop_results
 from lingvo_pipe.pipeline import loop_state
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import remat
-from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
 
 
@@ -64,14 +67,17 @@ class LoopExecutor:
       replica's device.
     micro_inputs: [replica][micro-batch] the pipeline's inputs.
     micro_size: examples per micro-batch (dropout masks index examples).
-    loss_fn: the per-micro-batch loss (Run), or None (Forwards, Backwards).
+    training: run every action (else the forwards only, as in evaluation).
+    loss_fn: the per-micro-batch loss (Run, or evaluation's Loss), or None
+      (Forwards, Backwards).
   """
 
   def __init__(self, plan: plan_lib.Plan,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, loss_fn: Optional[executor.MicroLossFn] = None) -> None:
+               micro_size: int, training: bool,
+               loss_fn: Optional[executor.MicroLossFn] = None) -> None:
     self._plan = plan
     self._num_micro = num_micro = len(micro_inputs[0])
     self._num_cells = plan.num_cells
@@ -79,26 +85,22 @@ class LoopExecutor:
     self._runners = [list(row) for row in runners[:self._num_replicas]]
     self._thetas = [list(row) for row in thetas[:self._num_replicas]]
     self._micro_size = micro_size
-    self._loss_fn = loss_fn
+    self._training, self._loss_fn = training, loss_fn
     decide = functools.partial(remat.DecideInLoop, plan.policy, plan.remat_last_micro_batch,
                                num_micro)
-    self._tables = tables = loop_tables.Build(plan.Actions(num_micro),
-                                              loss_fn is not None and decide(kept=True).record)
+    self._tables = tables = loop_tables.Build(
+        plan.Actions(num_micro), training and loss_fn is not None and decide(kept=True).record,
+        training)
     self._decisions = [decide(kept=False, split=split) for split in tables.split]
     self._kept_decision = decide(kept=True, split=tables.split[-1])
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
                             for r, row in enumerate(self._runners)]
     self._out_structs, self._update_structs, loss_spec = loop_probes.Structures(
-        self._runners[0], self._thetas[0], self._input_struct, loss_fn)
+        self._runners[0], self._thetas[0], self._input_struct, loss_fn if training else None)
     out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
-    for row in self._runners:
-      for runner in row:
-        runner.gradients.StartLoopStep(num_micro)
-    self._layouts = loop_probes.FactorLayouts(
-        self._runners, lambda r, c, m: self._MicroTheta(self._thetas[r][c], r, m),
-        [self._input_struct] + self._out_structs[:-1],
-        self._out_structs, self._decisions, tables.split, num_micro)
+    self._layouts = (self._StartGradients() if training
+                     else [[] for _ in range(self._num_cells)])
     self._specs = loop_state.Specs(
         [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
         [loop_arrays.Specs(s) for s in self._update_structs],
@@ -107,9 +109,6 @@ class LoopExecutor:
         [runner.gradients.SumSpecs([i for i, _ in layout]) if split else []
          for runner, layout, split in zip(self._runners[0], self._layouts, tables.split)],
         loss_spec)
-    for row in self._runners:
-      for runner in row:
-        runner.gradients.ZeroAccumulators()
     self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro)
                     for row in self._runners]
     self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state
@@ -119,6 +118,7 @@ class LoopExecutor:
         with tf.device(row[table.cells[0]].device):
           self._state[-1].append(loop_state.Initial(self._specs, tables, table.cells))
     self._updates: Optional[List[NestedMap]] = None
+    self._last_outputs: List[List[tuple]] = []
 
   # --- phases ----------------------------------------------------------------
 
@@ -137,12 +137,22 @@ class LoopExecutor:
     return self._Result()
 
   def Forwards(self) -> List[List[tuple]]:
-    """Each device's forwards (the loss outside): [replica][micro-batch]
-    the last cell's outputs."""
+    """Each device's forwards (the loss outside, or evaluation):
+    [replica][micro-batch] the last cell's outputs."""
     if not self._tables.forwards_first:  # FProp checked plan.ForwardsFirst
       raise ValueError('Forwards needs every forward before any backward.')
     self._Loops('forwards')
-    return self._LastOutputs()
+    self._last_outputs = self._LastOutputs()
+    return self._last_outputs
+
+  def Loss(self) -> Optional[tf.Tensor]:
+    """An evaluation's loss (after Forwards): the sum of its micro-batch
+    losses on the last cell's device; None without a loss function."""
+    if self._loss_fn is None:
+      return None
+    with tf.device(self._runners[0][-1].device):
+      return tf.add_n([self._loss_fn(containers.UnwrapSingle(out))
+                       for out in self._last_outputs[0]])
 
   def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
     """The remaining actions, from [replica][micro-batch] the gradients of
@@ -157,6 +167,22 @@ class LoopExecutor:
     return self._Result()
 
   # --- setup -----------------------------------------------------------------
+
+  def _StartGradients(self) -> List[loop_probes.FactorLayout]:
+    """Starts a training step's gradients: per cell the layout of its
+    backwards' deferred factors (a probe's trace), the accumulators of the
+    rest zeroed."""
+    for row in self._runners:
+      for runner in row:
+        runner.gradients.StartLoopStep(self._num_micro)
+    layouts = loop_probes.FactorLayouts(
+        self._runners, lambda r, c, m: self._MicroTheta(self._thetas[r][c], r, m),
+        [self._input_struct] + self._out_structs[:-1], self._out_structs,
+        self._decisions, self._tables.split, self._num_micro)
+    for row in self._runners:
+      for runner in row:
+        runner.gradients.ZeroAccumulators()
+    return layouts
 
   def _MicroTheta(self, theta: NestedMap, r: int, m: tf.Tensor) -> NestedMap:
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
@@ -249,7 +275,7 @@ class LoopExecutor:
     if c < self._num_cells - 1:
       return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
     pieces['outs'] = tf.nest.flatten(out)
-    if self._loss_fn:
+    if self._loss_fn and self._training:
       micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
       pieces['loss'], pieces['dys'] = [micro_loss], dy
     return []
@@ -343,50 +369,26 @@ class LoopExecutor:
     return self._state[r][self._tables.DeviceOf(self._num_cells - 1)]
 
   def _LastOutputs(self) -> List[List[tuple]]:
-    per_replica = []
-    for r, row in enumerate(self._runners):
-      with tf.device(row[-1].device):
-        columns = loop_arrays.Unstacked(self._LastState(r)['outs'], self._num_micro,
-                                        self._specs.outs[-1])
-        per_replica.append([tuple(tf.nest.pack_sequence_as(self._out_structs[-1], list(f)))
-                            for f in zip(*columns)])
-    return per_replica
+    return [loop_results.LastOutputs(self._LastState(r)['outs'], self._specs.outs[-1],
+                                     self._out_structs[-1], self._num_micro, row[-1].device)
+            for r, row in enumerate(self._runners)]
 
   def _Result(self) -> executor.StepResult:
     cells, replicas = range(self._num_cells), range(self._num_replicas)
-    grads = [[self._CellGradients(r, c) for c in cells] for r in replicas]
+    grads = [[loop_results.CellGradients(
+        self._runners[r][c], self._thetas[r][c], self._layouts[c], self._tables.split[c],
+        self._Lane(r, c, 'weight_sums' if self._tables.split[c] else 'factors'),
+        self._specs.factors[c], self._num_micro) for c in cells] for r in replicas]
     if self._num_replicas > 1:
       reduced = [executor.SumCellOverReplicas([grads[r][c] for r in replicas],
                                               self._plan.replica_devices, c)
                  for c in reversed(cells)][::-1]
       grads = [[reduced[c][r] for c in cells] for r in replicas]
-    input_grads = []
-    for r, row in enumerate(self._runners):
-      state = self._state[r][self._tables.DeviceOf(0)]
-      with tf.device(row[0].device):
-        columns = [column if IsDifferentiable(x) else [None] * self._num_micro
-                   for column, x in zip(
-                       loop_arrays.Unstacked(state['d_inputs'], self._num_micro,
-                                             self._specs.ins[0]),
-                       tf.nest.flatten(self._input_struct))]
-      input_grads.append([list(g) for g in zip(*columns)])
+    first = self._tables.DeviceOf(0)
+    input_grads = [loop_results.InputGradients(
+        self._state[r][first]['d_inputs'], self._specs.ins[0], self._input_struct,
+        self._num_micro, row[0].device) for r, row in enumerate(self._runners)]
     losses = [self._LastState(r)['loss'][0] for r in replicas if self._LastState(r)['loss']]
     with tf.device(self._plan.devices[-1].name):
       loss = tf.add_n(losses) if losses else None
     return executor.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())
-
-  def _CellGradients(self, r: int, c: int) -> List[Any]:
-    """Cell c's step gradients in replica r, from the state after its
-    device's loop: a B's factor pairs gathered from their arrays, or a
-    split cell's weight sums."""
-    runner = self._runners[r][c]
-    if self._tables.split[c]:
-      runner.gradients.PutSums({i: s for s, (i, _) in zip(self._Lane(r, c, 'weight_sums'),
-                                                          self._layouts[c])})
-    else:
-      with tf.device(runner.device):
-        runner.gradients.PutFactors(loop_probes.Pairs(loop_arrays.Gathered(
-            self._Lane(r, c, 'factors'), self._num_micro, self._specs.factors[c]),
-            self._layouts[c], packed=False))
-    return runner.gradients.StepGradients(self._thetas[r][c])
-

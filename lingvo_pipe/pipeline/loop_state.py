@@ -2,7 +2,7 @@
 
 Per cell on the device: 'ins' (its inputs, from its forward to its
 backward's recomputation, in a ring; none for cell 0, whose come from
-the step's inputs), 'factors' (its backwards' deferred factors as
+the step's inputs, nor in evaluation), 'factors' (its backwards' deferred factors as
 loop_probes.FactorSpecs says: all M of a B's, an I's in a ring until its
 W), 'sums' (statistics) and a split cell's 'weight_sums' (its W's
 products, which every other action passes on); the last cell's 'outs',
@@ -55,8 +55,8 @@ def Initial(specs: Specs, tables: loop_tables.LoopTables, cells: List[int]) -> D
   (on the caller's device)."""
   num_micro, last = tables.num_micro, len(specs.outs) - 1
   state: Dict[str, Any] = dict(
-      ins=[loop_arrays.Arrays(specs.ins[c], InputDepth(tables, c) + 1) if c else []
-           for c in cells],
+      ins=[loop_arrays.Arrays(specs.ins[c], InputDepth(tables, c) + 1)
+           if tables.input_rings[c] else [] for c in cells],
       factors=[loop_arrays.Arrays(specs.factors[c], tables.factor_rings[c] + 1)
                for c in cells],
       sums=[loop_arrays.Zeros(specs.updates[c]) for c in cells],

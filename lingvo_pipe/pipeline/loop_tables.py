@@ -69,10 +69,13 @@ class DeviceTable:
 
   def Slots(self, kind: int, cell: int, depth: int, num_micro: int) -> np.ndarray:
     """Per action, the slot of an array of `cell` written by its `kind`
-    actions: micro-batch m's m mod depth there, else the spare slot depth."""
+    actions: micro-batch m's m mod depth there, else the spare slot depth
+    (everywhere if the device runs no such action: an evaluation's
+    backward)."""
     slots = np.full([len(self.branches)], depth, np.int32)
     for m in range(num_micro):
-      slots[self.positions[(kind, cell, m)]] = m % depth
+      if (kind, cell, m) in self.positions:
+        slots[self.positions[(kind, cell, m)]] = m % depth
     return slots
 
 
@@ -108,14 +111,19 @@ class LoopTables:
     return next(d for d, table in enumerate(self.devices) if cell in table.cells)
 
 
-def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
+def Build(schedule: actions.Schedule, keep_last: bool, training: bool = True) -> LoopTables:
   """The tables of `schedule`; with `keep_last` the last cell's
   micro-batches whose backward follows their forward on its device run as
-  KEPT.
+  KEPT. Without `training` (evaluation) only its forwards, which keep
+  nothing for later: every ring is 0 deep.
 
   Raises:
     ValueError: where CheckLoops does.
   """
+  if not training:
+    schedule = actions.Schedule.Make(
+        [[a for a in row if a.kind == ActionKind.F] for row in schedule.devices],
+        schedule.cell_devices, schedule.num_micro_batches)
   split = CheckLoops(schedule)
   num_cells, num_micro = schedule.num_cells, schedule.num_micro_batches
   last = num_cells - 1
@@ -129,14 +137,16 @@ def Build(schedule: actions.Schedule, keep_last: bool) -> LoopTables:
   devices = [_DeviceTable(schedule, d, frozenset(kept)) for d in range(schedule.num_devices)]
   positions = {key: p for table in devices for key, p in table.positions.items()}
   micro = range(num_micro)
-  input_rings = [0] + [RingDepth([positions[(F, c, m)] for m in micro],
-                                 [positions[(X, c, m)] for m in micro])
-                       for c in range(1, num_cells)]
-  loss_gradients = RingDepth([positions[(F, last, m)] for m in micro],
-                             [positions[(X, last, m)] for m in micro])
-  factor_rings = [RingDepth([positions[(X, c, m)] for m in micro],
-                            [positions[(W, c, m)] for m in micro]) if split[c] else num_micro
-                  for c in range(num_cells)]
+  input_rings, loss_gradients, factor_rings = [0] * num_cells, 0, [0] * num_cells
+  if training:
+    input_rings = [0] + [RingDepth([positions[(F, c, m)] for m in micro],
+                                   [positions[(X, c, m)] for m in micro])
+                         for c in range(1, num_cells)]
+    loss_gradients = RingDepth([positions[(F, last, m)] for m in micro],
+                               [positions[(X, last, m)] for m in micro])
+    factor_rings = [RingDepth([positions[(X, c, m)] for m in micro],
+                              [positions[(W, c, m)] for m in micro]) if split[c] else num_micro
+                    for c in range(num_cells)]
   forwards_first = not kept and all(
       t.num_forwards == sum((b - 1) % KINDS == F for b in t.branches) for t in devices)
   return LoopTables(num_micro, devices, frozenset(kept), split, input_rings,
@@ -167,10 +177,11 @@ def CheckLoops(schedule: actions.Schedule) -> Tuple[bool, ...]:
                      'traces one backward per cell: use one kind per cell.')
   for j in range(num_cells - 1):
     for kind, name in ((F, 'forwards'), (X, 'backwards')):
-      if orders[(kind, j)] != orders[(kind, j + 1)]:
+      ours, theirs = orders.get((kind, j), []), orders.get((kind, j + 1), [])
+      if ours != theirs:
         raise ValueError(
             f'Cells {j} and {j + 1} run their {name} in different micro-batch orders '
-            f'({orders[(kind, j)]} and {orders[(kind, j + 1)]}); a loop step passes '
+            f'({ours} and {theirs}); a loop step passes '
             'tensors between them in a queue: order them alike, or run the step '
             'unrolled (loop_min_micro_batches=0).')
   return tuple(ActionKind.I in backward_kinds[c] for c in range(num_cells))

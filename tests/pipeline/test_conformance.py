@@ -7,7 +7,7 @@ tests/bfloat16_transparency.py's (bfloat16: a few bfloat16 steps). The
 schedules run with the loss inside the pipeline (FPropWithLoss); fill-drain
 also through FProp with the loss outside. R=2 replicas of M micro-batches
 are the R*M micro-batches of one pipeline. Batch norm runs across the
-schedules in its own matrix below.
+schedules in its own matrix below, and so does evaluation.
 
 `make test` runs float32 whole and bfloat16 at per-cell remat with one
 replica; `make test-slow` the rest of bfloat16.
@@ -16,6 +16,7 @@ replica; `make test-slow` the rest of bfloat16.
 import pytest
 import tensorflow as tf
 
+from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
@@ -87,3 +88,29 @@ def test_batch_norm(name, emission, replicas):
   ref = transparency.CheckTransparentWithLoss(pipe, (x,), num_micro,
                                               loss_inside=SCHEDULES[name][3])
   transparency.CheckMovingAverages(pipe, ref.bn_inputs)
+
+
+@pytest.mark.parametrize('name', list(SCHEDULES))
+@pytest.mark.parametrize('emission', list(EMISSIONS))
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_evaluation(name, emission, replicas):
+  """Evaluation runs replica 0's forwards alone on the whole batch, as
+  loops where training would loop: the convnet's outputs (batch norm on
+  its moving averages, no dropout), through FProp and FPropWithLoss, and
+  the loss equal the unpartitioned network's in eval mode."""
+  layers, shape = models.ConvNetLayers(keep_prob=0.8)
+  pipe, x, _ = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas, layers, shape)
+  num_micro = SCHEDULES[name][2]
+  with base_layer.EvalMode():
+    expected = transparency.Reference(pipe).Forward((x,), num_micro, step=0)
+    fprop = tf.function(lambda x: pipe.FProp(pipe.theta, x), autograph=False)
+    with_loss = tf.function(lambda x: pipe.FPropWithLoss(
+        pipe.theta, models.MicroLoss((x,), num_micro), x), autograph=False)
+    y = fprop(x)
+    loss, y_with_loss = with_loss(x)
+    graph = fprop.get_concrete_function(x).graph
+  transparency.AssertClose(y, expected, 'outputs')
+  transparency.AssertClose(y_with_loss, expected, 'outputs of FPropWithLoss')
+  transparency.AssertClose(loss, models.Loss(expected), 'loss')
+  loops = [op.type for op in graph.get_operations() if op.type in ('While', 'StatelessWhile')]
+  assert bool(loops) == (emission == 'loop'), loops

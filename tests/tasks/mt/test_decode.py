@@ -13,14 +13,15 @@ from lingvo_pipe.tasks.mt import model as mt_model
 BATCH, LEN = 8, 8
 
 
-def _Task(k, m, beam_size, seed=5, micro_batch_size=0):
+def _Task(k, m, beam_size, seed=5, micro_batch_size=0, loop_min_micro_batches=0):
   p = mt_model.TranslationTask.Params().Set(name='mt', beam_size=beam_size,
                                             length_alpha=0.0, random_seed=seed)
   p.model.Set(vocab_size=256, model_dim=16, num_heads=2, hidden_dim=32,
               num_encoder_layers=1, num_decoder_layers=2, batch_size=BATCH,
               src_len=LEN, tgt_len=LEN)
   p.model.pipeline.Set(num_partitions=k, num_micro_batches=m,
-                       micro_batch_size=micro_batch_size)
+                       micro_batch_size=micro_batch_size,
+                       loop_min_micro_batches=loop_min_micro_batches)
   return p.Instantiate()
 
 
@@ -79,6 +80,16 @@ def test_the_partition_does_not_change_the_translation():
   piped = _Decode(piped, batch)
   np.testing.assert_array_equal(piped.ids.numpy(), one.ids.numpy())
   np.testing.assert_allclose(piped.scores.numpy(), one.scores.numpy(), rtol=1e-5)
+
+
+def test_a_pipeline_of_loops_translates_as_the_unrolled_one():
+  """Decoding's forwards run as one loop per device inside beam search's
+  own loop, where the pipeline loops (as in evaluation)."""
+  batch = _Batch()
+  unrolled = _Decode(_Task(2, 2, 3), batch)
+  looped = _Decode(_Task(2, 2, 3, loop_min_micro_batches=2), batch)
+  np.testing.assert_array_equal(looped.ids.numpy(), unrolled.ids.numpy())
+  np.testing.assert_allclose(looped.scores.numpy(), unrolled.scores.numpy(), rtol=1e-5)
 
 
 def test_beam_search_scores_at_least_greedy_on_the_model():
