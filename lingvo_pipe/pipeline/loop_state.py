@@ -2,15 +2,16 @@
 
 Per cell on the device: 'ins' (its inputs, from its forward to its
 backward's recomputation, in a ring; none for cell 0, whose come from
-the step's inputs, nor in evaluation), 'factors' (its backwards' deferred factors as
-loop_probes.FactorSpecs says: all M of a B's, an I's in a ring until its
-W), 'sums' (statistics) and a split cell's 'weight_sums' (its W's
-products, which every other action passes on); the last cell's 'outs',
-'dys' (its loss gradients: a ring with the loss inside, else all M, from
-outside) and 'loss'; cell 0's 'd_inputs'. An iteration's branch yields
-pieces for all of them; every array is written every iteration, a piece
-the branch does not produce unset (loop_arrays.Unset) to the array's
-spare slot, so no write needs a condition.
+the step's inputs, nor in evaluation), 'factors' (its backwards'
+deferred factors as loop_probes.FactorSpecs says: all M of a B's, an
+I's in a ring until its W), 'sums' (statistics) and a split cell's
+'weight_sums' (its W's products, which every other action passes on);
+the last cell's 'outs', 'dys' (its loss gradients: a ring with the loss
+inside, else all M, from outside) and 'loss'; cell 0's 'd_inputs'. An
+iteration's branch yields pieces for all of them; every array is
+written every iteration, a piece the branch does not produce unset
+(loop_arrays.Unset) to the array's spare slot, so no write needs a
+condition.
 """
 
 import dataclasses
