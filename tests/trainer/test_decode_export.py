@@ -160,11 +160,15 @@ def test_decode_and_export_errors_are_one_line(model, mode, message, tmp_path):
   assert os.listdir(tmp_path) == []  # nothing written
 
 
-def test_lm_export_scores_as_the_model_does(tmp_path):
-  # In this process: the tiny LM at its initial weights (global step 0).
+@pytest.mark.parametrize('loop_min_micro_batches', [0, 2])
+def test_lm_export_scores_as_the_model_does(loop_min_micro_batches, tmp_path):
+  """In this process: the tiny LM at its initial weights (global step 0),
+  its pipeline unrolled, or one loop per device (the SavedModel then
+  holds the loops and their queues)."""
   from trainer import export  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.core import base_layer  # pylint: disable=g-import-not-at-top
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(TINY_LM))
+  params.task.stack.pipeline.loop_min_micro_batches = loop_min_micro_batches
   trainer_obj = loop.Trainer(params, str(tmp_path), log=lambda _: None)
   export_dir = export.Export(trainer_obj)
   assert export_dir == str(tmp_path / 'export' / '0')
