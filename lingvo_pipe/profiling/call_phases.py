@@ -12,7 +12,7 @@ from lingvo_pipe.profiling.trace_calls import Call
 
 
 def DevicePhases(tasks: Optional[Sequence[schedule.Task]], device: int,
-                  num_calls: int) -> List[schedule.Phase]:
+                 num_calls: int) -> List[schedule.Phase]:
   """The phases of device `device`'s tasks in schedule order; without
   tasks, fill-drain's: num_calls // 2 forwards, then as many backwards."""
   if tasks is None:
@@ -22,7 +22,7 @@ def DevicePhases(tasks: Optional[Sequence[schedule.Task]], device: int,
 
 
 def Split(calls: List[Call], phases: Sequence[schedule.Phase]
-                 ) -> Tuple[List[Call], List[Call]]:
+          ) -> Tuple[List[Call], List[Call]]:
   """(forward calls, backward calls) of one device, each in time order;
   `calls` in time order, `phases` those of the device's schedule
   (DevicePhases).

@@ -43,13 +43,12 @@ Limits: the trace names no function, so cells are told apart by device,
 not by their '<cell name>_forward' names; one pipeline per step (two
 pipelines sharing devices break the fewest-ops rule), its replicas given
 by their devices' names; gradient ops that run before the last recomputed
-op ends count as RECOMPUTE; a trace of several
-steps is rejected; a loop step (its actions are iterations of a
-tf.while_loop per device) is read as an unrolled one given its tasks, and
-without them rejected (its iterations look like several steps in one
-loop). Compiled
-cells: recomputation runs inside the compiled gradient, so their backward
-is one BACKWARD interval with no RECOMPUTE; an interval is the XLA
+op ends count as RECOMPUTE; a trace of several steps is rejected; a loop
+step (its actions are iterations of a tf.while_loop per device) is read
+as an unrolled one given its tasks, and without them rejected (its
+iterations look like several steps in one loop). Compiled cells:
+recomputation runs inside the compiled gradient, so their backward is
+one BACKWARD interval with no RECOMPUTE; an interval is the XLA
 program's run, without the call's argument handling; the order rule needs a
 device's calls in schedule order, which a device breaks only where a task
 has nothing for the next to wait on (1F1B's first cell when no input is
