@@ -6,6 +6,7 @@ so any partition into cells works. PipelinedModel owns one PipeliningLayer
 built from its params.
 """
 
+import dataclasses
 from typing import Any, Tuple
 
 import tensorflow as tf
@@ -57,10 +58,10 @@ class CarryLayer(base_layer.BaseLayer):
                                 body.param_bytes, body.act_bytes)
 
 
-
 class PipelinedModel(base_layer.BaseLayer):
   """A model whose layers run in one PipeliningLayer child, 'pipeline',
-  built from the classmethod PipelineParams(params)."""
+  built from the classmethod PipelineParams(params); OutputShapes says
+  what its FProp makes of the pipeline's outputs."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -80,7 +81,14 @@ class PipelinedModel(base_layer.BaseLayer):
     raise NotImplementedError(f'{cls.__name__} must define PipelineParams.')
 
   @classmethod
+  def OutputShapes(cls, *pipeline_shapes: tf.TensorShape) -> NestedMap:
+    """The shapes of FProp's outputs from those of the pipeline's."""
+    raise NotImplementedError(f'{cls.__name__} must define OutputShapes.')
+
+  @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
+    """The pipeline's costs, with FProp's output shapes."""
     pp = cls.PipelineParams(params)
     base_layer.InheritBaseParams(pp, params)
-    return pp.cls.FPropMeta(pp, *input_shapes)
+    meta = pp.cls.FPropMeta(pp, *input_shapes)
+    return dataclasses.replace(meta, out_shapes=(cls.OutputShapes(*meta.out_shapes),))

@@ -55,6 +55,12 @@ class GPipeConvNetClassifier(PipelinedModel):
     return NestedMap(logits=logits, per_example_loss=per_example,
                      loss=tf.reduce_mean(per_example))
 
+  @classmethod
+  def OutputShapes(cls, logits_and_loss: tf.TensorShape, labels: tf.TensorShape
+                   ) -> NestedMap:
+    batch, width = logits_and_loss
+    return NestedMap(logits=tf.TensorShape([batch, width - 1]),
+                     per_example_loss=tf.TensorShape([batch]), loss=tf.TensorShape([]))
 
 
 class _XentLayer(base_layer.BaseLayer):

@@ -35,7 +35,6 @@ def Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
   return tf.cast(enc, dtype)
 
 
-
 class TokenEmbeddingStage(base_layer.BaseLayer):
   """(ids, paddings, labels) -> (embeddings * sqrt(d) + positions, paddings,
   labels): the first layer of a GPipe Transformer stack."""
@@ -72,7 +71,6 @@ class TokenEmbeddingStage(base_layer.BaseLayer):
         tf.as_dtype(params.dtype).size, act_bytes=layer_meta.Bytes([out, out], params.fprop_dtype or params.dtype))
 
 
-
 class SoftmaxStage(base_layer.BaseLayer):
   """(x, paddings, labels) -> (logits, per-token cross entropy, weights):
   the last layer of a GPipe Transformer stack."""
@@ -102,11 +100,17 @@ class SoftmaxStage(base_layer.BaseLayer):
         sm.flops, sm.param_bytes, sm.act_bytes)
 
 
-
 def WeightedLoss(per_token: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
   """Mean of per-token losses over tokens with weight > 0."""
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
+
+def TokenLossShapes(logits: tf.TensorShape, per_token: tf.TensorShape,
+                    weights: tf.TensorShape) -> NestedMap:
+  """A token model's FProp output shapes (NestedMap(logits, per_token_loss,
+  weights, loss)) from its softmax stage's."""
+  return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
+                   loss=tf.TensorShape([]))
 
 
 class GPipeTransformerStack(PipelinedModel):
@@ -166,3 +170,7 @@ class GPipeTransformerStack(PipelinedModel):
     return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
                      loss=loss)
 
+  @classmethod
+  def OutputShapes(cls, logits: tf.TensorShape, per_token: tf.TensorShape,
+                   weights: tf.TensorShape) -> NestedMap:
+    return TokenLossShapes(logits, per_token, weights)

@@ -160,3 +160,8 @@ class GPipeTransformerSeq2Seq(pipelined_model.PipelinedModel):
         theta.pipeline, src_ids, src_paddings, tgt_ids, tgt_paddings, labels)
     return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
                      loss=lm_layers.WeightedLoss(per_token, weights))
+
+  @classmethod
+  def OutputShapes(cls, logits: tf.TensorShape, per_token: tf.TensorShape,
+                   weights: tf.TensorShape) -> NestedMap:
+    return lm_layers.TokenLossShapes(logits, per_token, weights)

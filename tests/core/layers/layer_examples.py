@@ -54,12 +54,10 @@ def Pad(*shape: int) -> In:
 class Example:
   """Params of a layer and the inputs of its FProp (In leaves, possibly in
   a NestedMap). FPropMeta is checked unless `meta_exempt` says why it does
-  not apply; `meta_gap` names a known mismatch (the check is a strict
-  xfail, so it fails once the gap is fixed and this entry is stale)."""
+  not apply."""
   params: hyperparams.Params
   inputs: Tuple[Any, ...]
   meta_exempt: str = ''
-  meta_gap: str = ''
 
 
 def _P(cls: type, **kwargs: Any) -> hyperparams.Params:
@@ -74,10 +72,6 @@ def _Proj(dim_in: int, dim_out: int) -> hyperparams.Params:
 _TRANSFORMER = dict(input_dim=8, num_heads=2, atten_hidden_dim=8, hidden_dim=16,
                     residual_keep_prob=0.8)
 _TASK = 'a task maps a batch to metrics; the planner reads its model\'s FPropMeta'
-_MODEL_GAP = ('PipelinedModel.FPropMeta describes the pipeline\'s outputs, not '
-              'the NestedMap (with the loss) that the model\'s FProp returns')
-
-
 def _Pipelined(cls: type, **kwargs: Any) -> hyperparams.Params:
   """A PipelinedModel's params, K=2 and M=2."""
   p = _P(cls, **kwargs)
@@ -182,7 +176,7 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
         Example(_P(image_layers._XentLayer, num_classes=5, label_smoothing=0.1),
                 (F(2, 5), Ids(5, 2))),),
     image_layers.GPipeConvNetClassifier: (
-        Example(_Classifier(), (F(4, 6, 6, 3), Ids(5, 4)), meta_gap=_MODEL_GAP),),
+        Example(_Classifier(), (F(4, 6, 6, 3), Ids(5, 4))),),
     image_model.ImageClassificationTask: (
         Example(_P(image_model.ImageClassificationTask, classifier=_Classifier()),
                 (NestedMap(images=F(4, 6, 6, 3), labels=Ids(5, 4)),), meta_exempt=_TASK),),
@@ -194,7 +188,7 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
                                                      num_classes=10)),
                 (F(2, 3, 4), Pad(2, 3), Ids(10, 2, 3))),),
     lm_layers.GPipeTransformerStack: (
-        Example(_LmStack(), (Ids(16, 4, 3), Pad(4, 3), Ids(16, 4, 3)), meta_gap=_MODEL_GAP),),
+        Example(_LmStack(), (Ids(16, 4, 3), Pad(4, 3), Ids(16, 4, 3))),),
     lm_model.LanguageModelTask: (
         Example(_P(lm_model.LanguageModelTask, stack=_LmStack()), (_LM_BATCH,),
                 meta_exempt=_TASK),),
@@ -208,7 +202,7 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
         Example(_P(mt_layers.Seq2SeqSoftmaxStage, softmax=_P(
             embedding.SoftmaxLayer, input_dim=8, num_classes=6)), _SEQ2SEQ_STAGE_INPUTS),),
     mt_layers.GPipeTransformerSeq2Seq: (
-        Example(_Seq2Seq(), _MT_INPUTS, meta_gap=_MODEL_GAP),),
+        Example(_Seq2Seq(), _MT_INPUTS),),
     mt_model.TranslationTask: (
         Example(_P(mt_model.TranslationTask, model=_Seq2Seq()), (NestedMap(
             src_ids=Ids(16, 4, 5), src_paddings=Pad(4, 5), tgt_ids=Ids(16, 4, 3),

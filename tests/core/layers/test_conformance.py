@@ -46,17 +46,13 @@ LAYER_CLASSES = _LayerClasses()
 
 def _Cases(meta: bool = False) -> List[Any]:
   """pytest params of the examples; for the FPropMeta check, without the
-  exempt ones and with known gaps as strict xfails."""
+  exempt ones."""
   cases = []
   for cls, examples in EXAMPLES.items():
     for i, example in enumerate(examples):
       if meta and example.meta_exempt:
         continue
-      # tf.nest raises ValueError on the structures that differ.
-      marks = (pytest.mark.xfail(strict=True, raises=ValueError, reason=example.meta_gap)
-               if meta and example.meta_gap else ())
-      cases.append(pytest.param(example, id=cls.__name__ + (f'-{i}' if i else ''),
-                                marks=marks))
+      cases.append(pytest.param(example, id=cls.__name__ + (f'-{i}' if i else '')))
   return cases
 
 
