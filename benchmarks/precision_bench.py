@@ -39,7 +39,6 @@ VARIANTS = {
 _KEYS = ('step_s_median', 'bfc_peak_bytes', 'first_step_s')
 
 
-
 def DefineFlags() -> None:
   """The program's flags; defined when it runs, so that importing this
   module (tests) does not clash with other benchmarks' flags."""

@@ -244,4 +244,3 @@ def OldFormatPaths(keys: Iterable[str]) -> List[str]:
     if parsed and parsed[1] is None and IsOldFormatPath(parsed[0]):
       out.append(parsed[0])
   return out
-

@@ -107,4 +107,3 @@ def Diagnose(config: ClusterConfig, timeout_s: float) -> Optional[str]:
 
 def _Names(config: ClusterConfig, tasks: List[int]) -> str:
   return ', '.join(f'worker task {t} ({config.Address(t)})' for t in tasks)
-

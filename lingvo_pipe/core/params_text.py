@@ -124,7 +124,6 @@ def _Unparse(node: ast.AST) -> str:
     return f'{type(node).__name__}(...)'
 
 
-
 def _DecodeCall(fn: str, args: list, make_params: MakeParams) -> Any:
   """Builds the value of one call of the grammar, e.g. dtype('float32')."""
   if fn == 'dtype' and len(args) == 1:

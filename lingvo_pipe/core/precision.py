@@ -125,4 +125,3 @@ def _CastGradient(g: Any, dtype: tf.DType) -> Any:
       return g
     return tf.IndexedSlices(tf.cast(g.values, dtype), g.indices, g.dense_shape)
   return CastFloat(g, dtype)
-

@@ -7,7 +7,6 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 
-
 class DeviceType(enum.Enum):
   CPU = 'CPU'
   GPU = 'GPU'

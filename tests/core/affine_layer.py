@@ -25,4 +25,3 @@ class Affine(base_layer.BaseLayer):
 
   def FProp(self, theta, x):
     return tf.matmul(x, theta.w) + theta.b
-

@@ -55,4 +55,3 @@ def test_variables_and_non_floating_inputs():
   np.testing.assert_array_equal(tf.cast(y, tf.float32), [[1.0, 0.0, 3.0]])
   np.testing.assert_array_equal(tf.cast(dx, tf.float32), [[1.0, 0.0, 1.0]])
   np.testing.assert_array_equal(dscale, [1.0, 0.0, 3.0])
-

@@ -25,5 +25,3 @@ def test_local_devices_are_the_logical_cpus():
   devices = cluster.LocalDevices()
   assert [d.index for d in devices] == list(range(8))
   assert all(d.device_type == DeviceType.CPU and d.job is None for d in devices)
-
-

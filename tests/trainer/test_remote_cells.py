@@ -22,7 +22,6 @@ from tests import transparency
 from tests import worker_cluster
 
 
-
 def _Train(out: pathlib.Path, *flags: str) -> dict:
   out.mkdir()
   fresh_process.RunPython('-m', 'tests.trainer.remote_train_program',
