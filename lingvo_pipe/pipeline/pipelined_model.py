@@ -83,7 +83,9 @@ class PipelinedModel(base_layer.BaseLayer):
   @classmethod
   def OutputShapes(cls, *pipeline_shapes: tf.TensorShape) -> NestedMap:
     """The shapes of FProp's outputs from those of the pipeline's."""
-    raise NotImplementedError(f'{cls.__name__} must define OutputShapes.')
+    raise NotImplementedError(f'{cls.__name__} must define OutputShapes: the '
+                              f'shapes of its FProp\'s outputs from the pipeline\'s '
+                              f'{pipeline_shapes}.')
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
