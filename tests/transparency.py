@@ -167,15 +167,16 @@ def CheckTransparent(pipe: gpipe.PipeliningLayer, inputs: Sequence[tf.Tensor],
 
 def CheckTransparentWithLoss(pipe: gpipe.PipeliningLayer, inputs: Sequence[tf.Tensor],
                              num_micro: int, step: int = 7,
-                             loss_inside: bool = True) -> Result:
+                             loss_inside: bool = True, eager: bool = False) -> Result:
   """CheckTransparent of a step with the loss inside the pipeline
   (models.TrainStepWithLoss), against the reference's
   models.ConstantNormLoss, whose divisor is a constant of the batch as
   MicroLoss's; with loss_inside False, through FProp and the same loss
   outside."""
-  train_step = models.TrainStepWithLoss(pipe, step, num_micro) if loss_inside else None
+  train_step = (models.TrainStepWithLoss(pipe, step, num_micro, eager=eager)
+                if loss_inside else None)
   return CheckTransparent(pipe, inputs, num_micro, step=step,
-                          loss_fn=models.ConstantNormLoss, train_step=train_step)
+                          loss_fn=models.ConstantNormLoss, train_step=train_step, eager=eager)
 
 
 def AssertClose(actual: Any, expected: Any, what: str = '') -> None:

@@ -114,11 +114,11 @@ class PipeliningLayer(base_layer.BaseLayer):
              "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
              "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
-    p.Define('loop_min_micro_batches', None, 'Train and evaluate with M >= this as '
-             'one tf.while_loop per device (loop_executor): a step graph of a few calls '
-             "per cell whatever M; every micro-batch recomputed but the last cell's "
-             'that remat keeps. 0: never (unrolled, executor); None: from where it '
-             'was measured no slower (plan.LoopFromM, docs/schedules.md).')
+    p.Define('loop_min_micro_batches', None, 'Train and evaluate in a graph (tf.function) '
+             'with M >= this as one tf.while_loop per device (loop_executor): a step graph '
+             "of a few calls per cell whatever M; every micro-batch recomputed but the last "
+             "cell's that remat keeps. 0: never (unrolled, executor, as eagerly always); "
+             'None: from where it was measured no slower (plan.LoopFromM, docs/schedules.md).')
     p.Define('cells_per_device', 1, 'v: cells per device, for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
@@ -272,17 +272,18 @@ class PipeliningLayer(base_layer.BaseLayer):
   def _Executor(self, thetas: List[List[NestedMap]], inputs: tuple, num_micro: int,
                 training: bool, loss_fn: Optional[executor.MicroLossFn] = None
                 ) -> Tuple[Any, replica_batches.ReplicaBatches]:
-    """The step's executor and its batch cut into replicas x micro-batches.
-    The one place that chooses the emission: from plan.LoopFromM's M a loop
-    per device (loop_executor), else unrolled (executor), in training and
-    evaluation alike; evaluation runs replica 0 on the whole batch."""
+    """The step's executor and its batch cut into replicas x micro-batches
+    (evaluation: replica 0, the whole batch). The one place that chooses the
+    emission: in a graph from plan.LoopFromM's M a loop per device
+    (loop_executor), else unrolled (executor). Eagerly always unrolled: one
+    device's loop would wait forever on a queue the next one's fills."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
                                              inputs, num_micro)
-    args = (resolved, self._replica_runners, thetas, batches.micro_inputs,
-            batches.micro_size)
-    emit = loop_executor.LoopExecutor if resolved.Loops(num_micro) else executor.Executor
-    return emit(*args, training, loss_fn), batches
+    loops = resolved.Loops(num_micro) and not tf.executing_eagerly()
+    emit = loop_executor.LoopExecutor if loops else executor.Executor
+    return emit(resolved, self._replica_runners, thetas, batches.micro_inputs,
+                batches.micro_size, training, loss_fn), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):

@@ -83,8 +83,9 @@ class Plan:
 
   def Loops(self, num_micro: int) -> bool:
     """Whether a step of M=num_micro, training or evaluation, runs as a
-    loop per device: M >= loop_min_micro_batches > 0, and M > 1 (with one
-    micro-batch the unrolled step is as small)."""
+    loop per device in a graph (eagerly never: PipeliningLayer._Executor):
+    M >= loop_min_micro_batches > 0, and M > 1 (with one micro-batch the
+    unrolled step is as small)."""
     return 0 < self.loop_min_micro_batches <= num_micro and num_micro > 1
 
   def Check(self, num_micro: int) -> None:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 from tests import bfloat16_transparency
@@ -74,6 +75,22 @@ def test_bfloat16(name, emission, remat, replicas):
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape,
                                  fprop_dtype=bfloat16_transparency.DTYPE)
   bfloat16_transparency.CheckBf16Transparent(pipe, [x], num_micro, SCHEDULES[name][3])
+
+
+@pytest.mark.parametrize('name', ['fill_drain_fprop', 'one_f_one_b', 'zb_h1'])
+def test_an_eager_step_runs_unrolled_where_a_graph_would_loop(name, monkeypatch):
+  """Eagerly the loop's devices would run one after another, the first
+  waiting forever on the second's queue: an eager step runs its actions
+  unrolled (a loop executor refused, so a regression fails here, not
+  hangs) and equals the unpartitioned network."""
+  def Refused(*args, **kwargs):
+    raise AssertionError('an eager step built a loop per device')
+
+  monkeypatch.setattr(loop_executor, 'LoopExecutor', Refused)
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe, x, num_micro = _Pipeline(name, 'loop', gpipe.RematPolicy.PER_CELL, 1, layers, shape)
+  transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, eager=True,
+                                        loss_inside=SCHEDULES[name][3])
 
 
 @pytest.mark.parametrize('name', ['fill_drain_fprop', 'one_f_one_b', 'zb_h1', 'zb_v'])
