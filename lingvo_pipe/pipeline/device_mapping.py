@@ -107,8 +107,10 @@ def PlaceReplicas(num_cells: int, num_replicas: int = 1,
             f'{num_replicas} replicas x {num_cells} cells at {per} per device')
     raise ValueError(
         f'{what} need {needed} devices but only {len(devices)} are given '
-        f'({[d.name for d in devices]}); add devices or worker tasks, lower '
-        'num_replicas or the number of cells, or raise consecutive_cells_per_device.')
+        f'({[d.name for d in devices]}); add devices (several logical ones '
+        'on one CPU or GPU: tf.config.set_logical_device_configuration, before '
+        'TensorFlow starts) or worker tasks, lower num_replicas or the number '
+        'of cells, or raise consecutive_cells_per_device.')
   per = consecutive_cells_per_device or 1
   flat = [devices[j // per] for j in range(num_cells * num_replicas)]
   if check_exists:
