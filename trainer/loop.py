@@ -220,6 +220,12 @@ class Trainer:
                      tf.zeros([0]), tf.zeros([0], tf.string)],
         shape_invariants=[tf.TensorShape([])] * 5 + [tf.TensorShape([None])] * 2)
 
+  def TraceTraining(self) -> None:
+    """Traces the loop of training steps, as its first call would (which
+    then reuses the trace), raising the model's errors before anything is
+    written: e.g. a schedule its FProp cannot train."""
+    self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
+
   def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> bool:
     """Trains until global step max_steps, a loop of steps at a time.
 

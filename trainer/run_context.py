@@ -122,9 +122,12 @@ class RunContext:
     self._devices_configured = True
     if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
       return
+    try:
+      needed = device_mapping.DevicesNeeded(self.params.task)
+    except ValueError as e:  # e.g. a schedule_text that does not parse
+      raise UserError(str(e)) from None
     wanted = self.options.num_logical_devices or max(
-        device_mapping.DevicesNeeded(self.params.task),
-        self.params.trainer.num_logical_devices, 1)
+        needed, self.params.trainer.num_logical_devices, 1)
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)

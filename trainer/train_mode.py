@@ -53,6 +53,10 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
           f'stops at step {ctx.max_steps}; raise --max_steps (or '
           'trainer.max_steps) to train further.', flush=True)
     return
+  try:
+    trainer_obj.TraceTraining()
+  except ValueError as e:
+    raise UserError(str(e)) from None
   WriteParamsText(ctx.params, ctx.logdir)
   with signals.GracefulStop(trainer_obj.stop_requested) as stop:
     try:

@@ -194,7 +194,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
-          f'PipeliningLayer {self.params.name!r}: schedule '
+          f'PipeliningLayer {self.params.name!r}: '
           f'{_Name(self.params)} starts backwards before the last '
           'forward, so it trains with the loss inside the pipeline: call '
           'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
@@ -297,4 +297,4 @@ class PipeliningLayer(base_layer.BaseLayer):
 
 
 def _Name(p: hyperparams.Params) -> str:
-  return 'schedule_text' if p.schedule_text else p.schedule.name
+  return 'the schedule of schedule_text' if p.schedule_text else f'schedule {p.schedule.name}'

@@ -61,6 +61,11 @@ def test_inspect_params_and_model():
      "trainer.max_steps takes an int (the experiment's value: 8), not 0.5"),
     (['--logdir=/proc/no_such_dir'], 'Cannot write to --logdir'),
     (['--model_params_override=train.file_pattern="/nonexistent/*.txt"'], 'No file matches'),
+    (["--model_params_override=task.stack.pipeline.schedule_text='0F0,0X1'"],
+     "'0X1' is not an action"),
+    # The MT model trains its pipeline through FProp: fill-drain only.
+    (['--model=mt.ReverseBytesGPipe', '--model_params_override=task.model.pipeline.schedule='
+      'one_f_one_b'], 'schedule ONE_F_ONE_B starts backwards before the last forward'),
 ])
 def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
   args = ['--model=' + TINY, '--mode=train', f'--logdir={tmp_path}'] + flags
@@ -69,6 +74,7 @@ def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
   assert 'Traceback' not in result.stderr
   lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and message in lines[0], result.stderr
+  assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_params_file_override_then_flag_override(tmp_path):
