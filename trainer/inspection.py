@@ -156,7 +156,8 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
   names = ', '.join(k.name for k, _ in schedules)
   return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
           f'{optimizer_slots} optimizer slot(s); per row the device with the '
-          f'largest peak{per_replica}; schedules the model trains: {names}; '
+          f'largest peak{per_replica}; schedules weighed (the planner\'s that the '
+          f'model trains): {names}; '
           f'recommended (*): {verdict}',
           planner.FormatTable(rows)]
 
@@ -222,7 +223,7 @@ def ModelPlan(task_params: hyperparams.Params,
                 if p.num_replicas > 1 else '')
     lines.append(f'pipeline {path}: K={len(cells)} cells, M={num_micro or "?"} '
                  f'micro-batches{replicas}, remat {p.remat.name}, schedule '
-                 f'{"text" if p.schedule_text else p.schedule.name}, bubble {bubble}')
+                 f'{resolved.schedule_name}, bubble {bubble}')
     lines.append(f'  {"cell":<5} {"device":<42} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
     shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])

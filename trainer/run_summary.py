@@ -24,17 +24,13 @@ def PipelineLines(task: tf.Module) -> List[str]:
   for module in task.submodules:
     if not isinstance(module, gpipe.PipeliningLayer):
       continue
-    p = module.params
-    # Read defensively: what the PipeliningLayer exposes may change with its
-    # executor; the line is a report, never a reason to fail a run.
-    cells = getattr(module, 'num_cells', None) or len(getattr(module, 'cells', ())) or '?'
+    p, plan = module.params, module.plan
     micro = (f'{p.micro_batch_size} examples per micro-batch' if p.micro_batch_size
              else f'M={p.num_micro_batches} micro-batches')
-    devices = ' '.join(_ShortDevice(getattr(d, 'name', str(d)))
-                       for d in getattr(module, 'devices', None) or ()) or '?'
-    replicas = f', R={p.num_replicas} replicas' if p.num_replicas > 1 else ''
-    found.append(f'{p.name}: K={cells} cells, {micro}{replicas}, schedule '
-                 f'{p.schedule.name}, devices {devices}')
+    devices = ' '.join(_ShortDevice(d.name) for d in plan.devices)
+    replicas = f', R={plan.num_replicas} replicas' if plan.num_replicas > 1 else ''
+    found.append(f'{p.name}: K={plan.num_cells} cells, {micro}{replicas}, schedule '
+                 f'{plan.schedule_name}, devices {devices}')
   return found
 
 

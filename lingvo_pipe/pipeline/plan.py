@@ -72,6 +72,11 @@ class Plan:
     return len(self.replica_devices)
 
   @property
+  def schedule_name(self) -> str:
+    """The ScheduleKind's name, or 'text' for a schedule_text."""
+    return 'text' if isinstance(self.spec, str) else self.spec.name
+
+  @property
   def devices(self) -> Tuple[cluster.Device, ...]:
     """Replica 0's device of each cell (where the variables live)."""
     return self.replica_devices[0]

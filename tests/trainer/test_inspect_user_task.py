@@ -13,7 +13,7 @@ def test_inspect_model_reads_the_built_task(tmp_path):
   plan = your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--mode=inspect_model').stdout
   assert 'pipeline pipe: K=2 cells, M=4 micro-batches' in plan, plan
   assert 'proj0, proj1' in plan and 'proj2, proj3' in plan
-  assert 'schedules the model trains: GPIPE;' in plan
+  assert 'schedules weighed (the planner\'s that the model trains): GPIPE;' in plan
   assert '1F1B' not in plan and 'INTERL' not in plan
 
 
@@ -33,5 +33,5 @@ def test_bad_overrides_are_one_line_in_inspect_model(tmp_path):
 def test_a_task_that_trains_every_schedule_gets_them_all_weighed():
   plan = fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
                                  '--mode=inspect_model').stdout
-  assert 'schedules the model trains: GPIPE, ONE_F_ONE_B, INTERLEAVED;' in plan
+  assert 'schedules weighed (the planner\'s that the model trains): GPIPE, ONE_F_ONE_B, INTERLEAVED;' in plan
   assert '1F1B' in plan

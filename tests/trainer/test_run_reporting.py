@@ -5,8 +5,14 @@ finished run that says nothing was trained."""
 
 import pathlib
 
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+from tests.pipeline import pipeline_models as models
 from tests.trainer import summaries
 from tests.trainer import your_experiment
+from trainer import run_summary
 
 KEY = your_experiment.KEY
 
@@ -48,3 +54,14 @@ def test_params_text_records_what_trained_and_finished_runs_say_so(tmp_path):
   assert 'Nothing to train: the checkpoint is at step 50' in again.stdout
   assert not [line for line in again.stdout.splitlines() if line.startswith('step ')]
   assert (logdir / 'params.txt').read_text() == trained
+
+
+@pytest.mark.parametrize('pipeline,schedule', [
+    (dict(schedule=ScheduleKind.ZB_H1), 'ZB_H1'),
+    (dict(schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1'), 'text'),
+])
+def test_the_opening_line_names_the_schedule_that_runs(pipeline, schedule):
+  task = tf.Module()
+  task.pipe = models.Pipeline(*models.FfnLayers(), 2, 2, **pipeline)
+  assert run_summary.PipelineLines(task) == [
+      f'pipe: K=2 cells, M=2 micro-batches, schedule {schedule}, devices CPU:0 CPU:1']
