@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import enum
 import re
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -55,10 +56,14 @@ def _CheckType(key: str, default: Any, value: Any) -> None:
   else:
     ok = isinstance(value, type(default))
   if not ok:
+    members = ''
+    if isinstance(default, enum.Enum):
+      kind = type(default).__name__
+      members = f' Its values: {", ".join(f"{kind}.{m.name}" for m in type(default))}.'
     raise TypeError(
         f'Param {key!r} expects a value of type {_TypeName(type(default))} '
         f'(default {default!r}) but was given {value!r} of type '
-        f'{_TypeName(type(value))}.')
+        f'{_TypeName(type(value))}.{members}')
 
 
 class Params:

@@ -178,6 +178,12 @@ def test_set_type_mismatch_names_key_and_types(key, value, expected, given):
     p.Set(**{key: value})
 
 
+def test_an_enum_mismatch_lists_the_enum_values():
+  with pytest.raises(TypeError, match=r"given 'blue' of type str\. Its values: "
+                     r'_Color\.RED, _Color\.BLUE\.$'):
+    _Typed().Set(color='blue')
+
+
 def test_set_accepts_compatible_types():
   p = _Typed()
   p.Set(rate=2, items=(1, 2), dtype=tf.bfloat16, color=_Color.BLUE,
