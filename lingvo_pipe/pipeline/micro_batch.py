@@ -34,11 +34,12 @@ def _Divisors(n: int) -> List[int]:
   return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def CheckDivides(batch_size: int, num_micro_batches: int) -> None:
-  """Raises ValueError naming the values when M does not divide the batch."""
+def CheckDivides(batch_size: int, num_micro_batches: int, where: str = '') -> None:
+  """Raises ValueError naming the values (after `where`, e.g. the layer)
+  when M does not divide the batch."""
   if num_micro_batches < 1 or batch_size % num_micro_batches:
     raise ValueError(
-        f'num_micro_batches ({num_micro_batches}) must divide the batch size '
+        f'{where}num_micro_batches ({num_micro_batches}) must divide the batch size '
         f'({batch_size}); try one of {_Divisors(batch_size)}.')
 
 
@@ -66,20 +67,20 @@ def NumMicroBatches(p: hyperparams.Params,
       micro_batch_size < 0, or M or micro_batch_size does not divide
       batch_size.
   """
+  where = f'PipeliningLayer {p.name!r}: '
   if p.micro_batch_size < 0 or (not p.micro_batch_size and
                                 p.num_micro_batches < 1):
     raise ValueError(
-        f'PipeliningLayer {p.name!r}: num_micro_batches '
-        f'({p.num_micro_batches}) must be >= 1, or micro_batch_size '
-        f'({p.micro_batch_size}) > 0.')
+        f'{where}num_micro_batches ({p.num_micro_batches}) must be >= 1, or '
+        f'micro_batch_size ({p.micro_batch_size}) > 0.')
   if not p.micro_batch_size:
     if batch_size is not None:
-      CheckDivides(batch_size, p.num_micro_batches)
+      CheckDivides(batch_size, p.num_micro_batches, where)
     return p.num_micro_batches
   if batch_size is None:
     return None
   if batch_size % p.micro_batch_size:
-    raise ValueError(f'micro_batch_size ({p.micro_batch_size}) must divide '
+    raise ValueError(f'{where}micro_batch_size ({p.micro_batch_size}) must divide '
                      f'the batch size ({batch_size}); try one of '
                      f'{_Divisors(batch_size)}.')
   return batch_size // p.micro_batch_size

@@ -180,8 +180,13 @@ def LoopFromM(p: Any) -> int:
   0, never: under RematPolicy.NONE the loop would recompute what the
   unrolled step keeps, and a text may order a boundary's micro-batches in
   a way the loop refuses (loop_tables)."""
-  if p.loop_min_micro_batches is not None:
-    return p.loop_min_micro_batches
+  given = p.loop_min_micro_batches
+  if given is not None:
+    if not isinstance(given, int) or isinstance(given, bool) or given < 0:
+      raise ValueError(f'PipeliningLayer {p.name!r}: loop_min_micro_batches={given!r}; '
+                       'give None (loop from the M measured for the schedule), 0 '
+                       '(never loop) or the M from which to loop.')
+    return given
   if (p.schedule_text or p.remat != remat.RematPolicy.PER_CELL or
       p.jit_compile != CellCompilation.NONE):
     return 0

@@ -21,9 +21,16 @@ def _Params(**kwargs):
 
 
 def test_micro_batches_not_dividing_batch_at_build():
-  with pytest.raises(ValueError, match=r'num_micro_batches \(3\) must divide the batch '
-                     r'size \(16\); try one of \[1, 2, 4, 8, 16\]'):
+  with pytest.raises(ValueError, match=r"^PipeliningLayer 'pipe': num_micro_batches \(3\) "
+                     r'must divide the batch size \(16\); try one of \[1, 2, 4, 8, 16\]'):
     _Params(num_micro_batches=3).Instantiate()
+
+
+@pytest.mark.parametrize('value', [-1, 2.5, 'auto'])
+def test_loop_min_micro_batches_out_of_range(value):
+  with pytest.raises(ValueError, match=rf"'pipe': loop_min_micro_batches={value!r}; give "
+                     r'None \(loop from the M measured'):
+    _Params(loop_min_micro_batches=value).Instantiate()
 
 
 def test_micro_batches_not_dividing_batch_at_trace():
