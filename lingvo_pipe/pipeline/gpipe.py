@@ -60,7 +60,7 @@ class PipeliningLayer(base_layer.BaseLayer):
              'SequentialLayer params). Exclusive with layers.')
     p.Define('layers', [], 'Automatic partition: params of all layers, in '
              'order, split into num_partitions cells or at splits.')
-    p.Define('num_partitions', 0, 'K for the automatic partition.')
+    p.Define('num_partitions', 0, 'Cells of the automatic partition (K*v: v a device).')
     p.Define('splits', [], 'Manual split points for layers, e.g. [3, 7, 12].')
     p.Define('cost', partition.CostKind.FLOPS,
              'What the automatic partition balances (a CostKind).')
@@ -119,7 +119,7 @@ class PipeliningLayer(base_layer.BaseLayer):
              "of a few calls per cell whatever M; every micro-batch recomputed but the last "
              "cell's that remat keeps. 0: never (unrolled, executor, as eagerly always); "
              'None: from where it was measured no slower (plan.LoopFromM, docs/schedules.md).')
-    p.Define('cells_per_device', 1, 'v: cells per device, for '
+    p.Define('cells_per_device', 1, 'v: cells per device, 2 or more for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
              'ZB_V always puts 2 on each device (cells d and 2K-1-d).')

@@ -43,7 +43,7 @@ _SHAPES = [(KIND.GPIPE, k, m, 1) for k, m in [(1, 1), (2, 3), (4, 8), (8, 16), (
     (KIND.ONE_F_ONE_B, k, m, 1) for k, m in [(1, 1), (1, 4), (2, 3), (4, 8), (4, 2),
                                               (8, 16), (8, 3)]] + [
     (KIND.INTERLEAVED, k, m, v) for k, m, v in [(1, 3, 2), (2, 2, 2), (2, 4, 3), (4, 8, 2),
-                                                 (4, 8, 3), (4, 4, 2), (8, 16, 2), (3, 6, 1)]]
+                                                 (4, 8, 3), (4, 4, 2), (8, 16, 2), (3, 6, 2)]]
 
 
 @pytest.mark.parametrize('kind,k,m,v', _SHAPES)
@@ -95,6 +95,7 @@ def test_interleaved_bubble_divided_by_about_v(k, m, v):
     (KIND.ONE_F_ONE_B, 2, 4, 2, 'ONE_F_ONE_B runs 1 cell.s. per device, got '
                                 'cells_per_device=2'),
     (KIND.INTERLEAVED, 2, 4, 0, 'cells_per_device=0'),
+    (KIND.INTERLEAVED, 2, 4, 1, r'of 2 or more, got 1 \(v=1 is ONE_F_ONE_B\)'),
     (KIND.ONE_F_ONE_B, 0, 4, 1, 'num_devices=0, num_micro_batches=4'),
 ])
 def test_bad_shapes_raise(kind, k, m, v, match):

@@ -34,9 +34,10 @@ def CellsPerDevice(kind: ScheduleKind, cells_per_device: Optional[int] = None) -
   """
   fixed = {ScheduleKind.ZB_V: 2, ScheduleKind.INTERLEAVED: None}.get(kind, 1)
   if fixed is None:
-    if cells_per_device is None:
-      raise ValueError('The interleaved schedule needs cells_per_device (v, '
-                       'cells on each device), e.g. 2.')
+    if cells_per_device is None or cells_per_device == 1:
+      raise ValueError(f'the interleaved schedule needs cells_per_device (v, cells on '
+                       f'each device) of 2 or more, got {cells_per_device} (v=1 is '
+                       'ONE_F_ONE_B); e.g. cells_per_device=2 with num_partitions=2*K.')
     return cells_per_device
   if cells_per_device not in (None, fixed):
     raise ValueError(f'{kind.name} runs {fixed} cell(s) per device, got '
