@@ -124,13 +124,13 @@ def _Around(n: int) -> List[int]:
 
 
 def _NumMicroBatches(p: hyperparams.Params) -> Optional[int]:
-  """The pipeline's M for its input_shapes; None if micro_batch_size is set
-  and input_shapes is not."""
+  """The pipeline's training M for its input_shapes; None if
+  micro_batch_size is set and input_shapes is not."""
   batch = None
   if p.input_shapes is not None:
     batch = micro_batch.Contract.FromParams(p).InputLayout(
         layer_meta.Shapes(*p.input_shapes)).batch_size
-  return micro_batch.NumMicroBatches(p, batch)
+  return micro_batch.NumMicroBatches(p, batch, p.num_replicas)
 
 
 def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[int],

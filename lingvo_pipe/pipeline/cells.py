@@ -136,7 +136,7 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
   if p.input_shapes is None:
     return
   shapes = layer_meta.Shapes(*p.input_shapes)
-  micro_batch.NumMicroBatches(p, contract.InputLayout(shapes).batch_size)
+  micro_batch.NumMicroBatches(p, contract.InputLayout(shapes).batch_size, p.num_replicas)
   for k, cp in enumerate(cell_params):
     try:
       shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes

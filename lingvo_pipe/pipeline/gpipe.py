@@ -194,11 +194,9 @@ class PipeliningLayer(base_layer.BaseLayer):
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
     if not self.plan.ForwardsFirst(num_micro):
       raise ValueError(
-          f'PipeliningLayer {self.params.name!r}: '
-          f'{_Name(self.params)} starts backwards before the last '
-          'forward, so it trains with the loss inside the pipeline: call '
-          'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use '
-          'ScheduleKind.GPIPE.')
+          f'PipeliningLayer {self.params.name!r}: {_Name(self.params)} starts backwards '
+          'before the last forward, so it trains with the loss inside the pipeline: call '
+          'FPropWithLoss(theta, loss_fn, *inputs) instead of FProp, or use ScheduleKind.GPIPE.')
     return containers.UnwrapSingle(train_step.LossOutside(
         self._Start(num_micro), self._ApplyCellUpdates, inputs, thetas))
 
@@ -235,9 +233,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     return loss, containers.UnwrapSingle(outputs)
 
   def _NumMicro(self, inputs: tuple) -> int:
-    """M of a step (checked against the schedule)."""
+    """M of a step (checked against the schedule); evaluation's of replica 0 alone."""
+    replicas = 1 if base_layer.IsEvalMode() else self.params.num_replicas
     num_micro = micro_batch.NumMicroBatches(
-        self.params, self._contract.InputLayout(inputs).batch_size)
+        self.params, self._contract.InputLayout(inputs).batch_size, replicas)
     self.plan.Check(num_micro)
     return num_micro
 

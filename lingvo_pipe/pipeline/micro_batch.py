@@ -44,28 +44,31 @@ def CheckDivides(batch_size: int, num_micro_batches: int, where: str = '') -> No
 
 
 @typing.overload
-def NumMicroBatches(p: hyperparams.Params, batch_size: int) -> int:
+def NumMicroBatches(p: hyperparams.Params, batch_size: int, replicas: int = 1) -> int:
   ...
 
 
 @typing.overload
-def NumMicroBatches(p: hyperparams.Params, batch_size: None) -> Optional[int]:
+def NumMicroBatches(p: hyperparams.Params, batch_size: None,
+                    replicas: int = 1) -> Optional[int]:
   ...
 
 
-def NumMicroBatches(p: hyperparams.Params,
-                    batch_size: Optional[int]) -> Optional[int]:
-  """M of PipeliningLayer params `p` for a batch of `batch_size` examples:
-  p.num_micro_batches, or batch_size / p.micro_batch_size when that is set.
-  The only place M is derived from the params, so that the pipeline, the
-  planner's table and inspect_model agree.
+def NumMicroBatches(p: hyperparams.Params, batch_size: Optional[int],
+                    replicas: int = 1) -> Optional[int]:
+  """M of PipeliningLayer params `p` for a batch of `batch_size` examples
+  split over `replicas` (p.num_replicas in training, 1 in evaluation, which
+  runs replica 0 on the whole batch): p.num_micro_batches, or each
+  replica's batch / p.micro_batch_size when that is set. The only place M
+  is derived from the params, so that the pipeline, the planner's table
+  and inspect_model agree.
 
   Returns None only if micro_batch_size is set and batch_size is None.
 
   Raises:
     ValueError: if num_micro_batches < 1 (without micro_batch_size),
-      micro_batch_size < 0, or M or micro_batch_size does not divide
-      batch_size.
+      micro_batch_size < 0, or the replicas, M or micro_batch_size do not
+      divide the batch (each replica's).
   """
   where = f'PipeliningLayer {p.name!r}: '
   if p.micro_batch_size < 0 or (not p.micro_batch_size and
@@ -73,6 +76,12 @@ def NumMicroBatches(p: hyperparams.Params,
     raise ValueError(
         f'{where}num_micro_batches ({p.num_micro_batches}) must be >= 1, or '
         f'micro_batch_size ({p.micro_batch_size}) > 0.')
+  if batch_size is not None and replicas > 1:
+    if batch_size % replicas:
+      raise ValueError(f'{where}num_replicas ({replicas}) must divide the batch size '
+                       f'({batch_size}); try one of {_Divisors(batch_size)}.')
+    batch_size //= replicas
+    where += f'with {replicas} replicas, each of 1/{replicas} of the batch: '
   if not p.micro_batch_size:
     if batch_size is not None:
       CheckDivides(batch_size, p.num_micro_batches, where)

@@ -213,6 +213,31 @@ def test_micro_batch_size_and_time_major_inputs():
   assert tasks == [tf.TensorShape([3, 4, 8])] * 4
 
 
+def test_micro_batch_size_with_replicas_cuts_each_replicas_batch():
+  """With R=2 of 16 examples, micro_batch_size=4 makes M=2 micro-batches of
+  4 in each replica (not M=4 of 2), the step equal to one pipeline's."""
+  layers, shape = models.FfnLayers()
+  pipe = models.Pipeline(layers, shape, 2, 1, micro_batch_size=4, num_replicas=2)
+  x = tf.random.stateless_normal(shape, [8, 10])
+  tasks = []
+  original = pipe._replica_runners[1][0].Forward
+
+  def Counting(theta, inputs, *args, **kwargs):
+    tasks.append(inputs[0].shape)
+    return original(theta, inputs, *args, **kwargs)
+
+  pipe._replica_runners[1][0].Forward = Counting
+  transparency.CheckTransparent(pipe, (x,), 4, eager=True)
+  assert tasks == [tf.TensorShape([4] + shape[1:])] * 2
+
+
+def test_micro_batches_must_divide_each_replicas_batch_at_build():
+  layers, shape = models.FfnLayers()
+  with pytest.raises(ValueError, match=r'with 2 replicas, each of 1/2 of the batch: '
+                     r'num_micro_batches \(16\) must divide the batch size \(8\)'):
+    models.Pipeline(layers, shape, 2, 16, num_replicas=2)
+
+
 def test_micro_batch_size_must_divide_batch():
   layers, shape = models.FfnLayers()
   with pytest.raises(ValueError, match=r'micro_batch_size \(5\) must divide the batch size \(16\)'):

@@ -107,6 +107,27 @@ def test_num_micro_batches_errors(kwargs, batch, match):
     micro_batch.NumMicroBatches(_Params(**kwargs), batch)
 
 
+@pytest.mark.parametrize('kwargs,batch,m', [
+    (dict(num_micro_batches=4), 16, 4),  # of each replica's 8
+    (dict(micro_batch_size=2), 16, 4),  # each replica's 8 in micro-batches of 2
+    (dict(micro_batch_size=2), None, None),
+])
+def test_num_micro_batches_of_each_replica(kwargs, batch, m):
+  assert micro_batch.NumMicroBatches(_Params(**kwargs), batch, replicas=2) == m
+
+
+@pytest.mark.parametrize('kwargs,batch,match', [
+    (dict(num_micro_batches=2), 10, r'num_replicas \(3\) must divide the batch size \(10\)'),
+    (dict(num_micro_batches=4), 6,
+     r"'pipe': with 3 replicas, each of 1/3 of the batch: num_micro_batches \(4\) must divide "
+     r'the batch size \(2\); try one of \[1, 2\]'),
+    (dict(micro_batch_size=4), 6, r'micro_batch_size \(4\) must divide the batch size \(2\)'),
+])
+def test_num_micro_batches_of_each_replica_errors(kwargs, batch, match):
+  with pytest.raises(ValueError, match=match):
+    micro_batch.NumMicroBatches(_Params(**kwargs), batch, replicas=3)
+
+
 @pytest.mark.parametrize('kwargs,multiple', [
     (dict(num_micro_batches=4), 4),
     (dict(micro_batch_size=3), 3),
