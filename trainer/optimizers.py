@@ -39,6 +39,18 @@ def LearningRate(tp: hyperparams.Params,
   return Value
 
 
+def StepsPastScheduleWarning(tp: hyperparams.Params, max_steps: int) -> str:
+  """A warning if a run to `max_steps` trains past the end of a learning
+  rate schedule that decays to 0 (COSINE over trainer.max_steps), where its
+  steps change nothing; '' otherwise."""
+  if tp.lr_schedule != LrSchedule.COSINE or max_steps <= tp.max_steps:
+    return ''
+  return (f'warning: --max_steps={max_steps} is past trainer.max_steps={tp.max_steps}, '
+          f'where the COSINE learning rate reaches 0: the steps after {tp.max_steps} '
+          'leave the weights as they are. To train longer, raise trainer.max_steps '
+          f'(--model_params_override=trainer.max_steps={max_steps}).')
+
+
 def Optimizer(tp: hyperparams.Params,
               learning_rate: Callable[[], tf.Tensor]) -> tf.compat.v1.train.Optimizer:
   """The optimizer named by tp.optimizer."""

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from lingvo_pipe.core import hyperparams
 from trainer import decoder
 from trainer import loop
+from trainer import optimizers
 from trainer import run_context
 from trainer import signals
 from trainer.run_context import UserError
@@ -53,6 +54,9 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
           f'stops at step {ctx.max_steps}; raise --max_steps (or '
           'trainer.max_steps) to train further.', flush=True)
     return
+  warning = optimizers.StepsPastScheduleWarning(ctx.params.trainer, ctx.max_steps)
+  if warning:
+    print(warning, file=sys.stderr, flush=True)
   try:
     trainer_obj.TraceTraining()
   except ValueError as e:
