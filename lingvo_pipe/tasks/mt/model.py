@@ -113,8 +113,19 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
 
   def PromptBatch(self, text: str) -> NestedMap:
     """One example per line of `text`, repeated up to a batch the pipeline
-    takes (micro_batch.BatchMultiple; is_real marks the given ones)."""
+    takes (micro_batch.BatchMultiple; is_real marks the given ones).
+
+    Raises:
+      ValueError: for a line longer than the model reads (model.src_len
+        bytes), which would be translated cut.
+    """
     lines = [line.encode('utf-8') for line in text.split('\n')]
+    limit = self.params.model.src_len
+    for i, line in enumerate(lines):
+      if len(line) > limit:
+        raise ValueError(f'Line {i + 1} of the prompt is {len(line)} bytes; the model '
+                         f'reads at most {limit} (model.src_len): shorten it or split it '
+                         'over lines.')
     multiple = micro_batch.BatchMultiple(self.params.model.pipeline)
     size = -(-len(lines) // multiple) * multiple
     src = mt_input.Encode(lines + [lines[-1]] * (size - len(lines)),

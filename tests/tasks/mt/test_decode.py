@@ -116,6 +116,13 @@ def test_a_batch_the_micro_batch_size_does_not_divide_is_an_error():
                                       src_paddings=batch.src_paddings[:6]))
 
 
+def test_a_prompt_line_longer_than_the_source_is_refused_not_cut():
+  task = _Task(2, 1, 1)
+  with pytest.raises(ValueError, match=rf'Line 2 of the prompt is {LEN + 1} bytes; the '
+                     rf'model reads at most {LEN} \(model.src_len\)'):
+    task.PromptBatch('ab\n' + 'x' * (LEN + 1))
+
+
 @pytest.mark.parametrize('pipeline', [dict(num_micro_batches=2), dict(micro_batch_size=4)])
 def test_prompts_are_padded_to_a_batch_the_pipeline_takes(pipeline):
   """Three prompts: four rows, M=2 of two rows, or M=1 of micro_batch_size 4."""
