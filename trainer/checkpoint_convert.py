@@ -124,9 +124,13 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
 def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> str:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer import loop  # pylint: disable=g-import-not-at-top
+  specs = checkpoint_keys.CheckpointSpecs(old)
+  if not checkpoint_keys.OldFormatPaths(specs):
+    raise ConvertError(f'{old} is already in the current format (no variable path of '
+                       'an earlier version): nothing to convert; train, evaluate or '
+                       'decode on its logdir as it is.')
   trainer = loop.Trainer(params, new_logdir, log=log)
   reader = tf.train.load_checkpoint(old)
-  specs = checkpoint_keys.CheckpointSpecs(old)
   # The optimizer's slots and other state exist once it has updated; a
   # zero update creates them, and every value is overwritten below.
   trainer.optimizer.apply_gradients(

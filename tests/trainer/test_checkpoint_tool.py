@@ -156,3 +156,13 @@ def test_convert_with_other_params_is_one_line_and_writes_nothing(runs, tmp_path
   assert len(errors) == 1 and 'The model of these params does not fit ckpt-2:' in errors[0]
   assert 'not in the model (stack/pipeline/cell_' in errors[0], errors[0]
   assert not new.exists() or not os.listdir(new)
+
+
+def test_convert_of_a_current_checkpoint_says_there_is_nothing_to_convert(runs, tmp_path):
+  today, new = runs[0], tmp_path / 'converted'
+  result = _Tool('convert', f'--model={TINY}', str(today), str(new), check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr
+  errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and 'ckpt-2 is already in the current format' in errors[0], errors
+  assert 'nothing to convert' in errors[0]
+  assert not new.exists() or not os.listdir(new)
