@@ -168,8 +168,8 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
     what = 'variables: ' + _Describe(model_diff, len(values))
     params_txt = os.path.join(LogdirOf(path), 'params.txt')
     fix = ('Run with the params it was trained with' +
-           (f' (--model_params_file_override={params_txt})'
-            if os.path.exists(params_txt) else '') +
+           (f' (--model_params_file_override={params_txt}, with a --model whose task is '
+            f'{_TrainedTask(params_txt)})' if os.path.exists(params_txt) else '') +
            ', pick another --logdir to train this model from scratch, or start '
            'one from this checkpoint with trainer.init_from_checkpoint_rules')
   else:
@@ -180,6 +180,15 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
   raise CheckpointMismatchError(
       f'Checkpoint {name} does not match the model ({what}). '
       f'The checkpoint is intact and was not changed. {fix}.')
+
+
+def _TrainedTask(params_txt: str) -> str:
+  """The task class a params.txt names (task.cls), '?' if none."""
+  with open(params_txt) as f:
+    for line in f:
+      if line.startswith('task.cls :'):
+        return line.split(':', 1)[1].strip().removeprefix("cls('").removesuffix("')")
+  return '?'
 
 
 def _Describe(diff: Differences, total: int) -> str:

@@ -121,6 +121,15 @@ def test_mismatch_stops_before_any_step_and_changes_nothing(
   assert not (logdir / 'params.txt').exists()  # a refused run writes nothing
 
 
+def test_a_logdir_of_another_task_names_the_task_it_was_trained_as(adam_logdir, tmp_path):
+  logdir = _Copy(adam_logdir, tmp_path)
+  (logdir / 'params.txt').write_text(_Params().ToText())
+  line = _OneErrorLine(_Run(logdir, 'eval', '', model='mt.ReverseBytesGPipe'))
+  assert 'does not match the model' in line
+  assert (f'--model_params_file_override={logdir}/params.txt, with a --model whose task '
+          'is lingvo_pipe.tasks.lm.model.LanguageModelTask)') in line, line
+
+
 def test_eval_past_a_damaged_checkpoint_changes_nothing(adam_logdir, tmp_path):
   logdir = _Copy(adam_logdir, tmp_path)
   data = logdir / 'checkpoints' / 'ckpt-4.data-00000-of-00001'
