@@ -76,6 +76,7 @@ class RunContext:
     self.logdir = options.logdir or os.path.join(DEFAULT_LOGDIR_ROOT, options.model)
     self.cluster = cluster_config
     self._devices_configured = False
+    self._created_logdir = False
 
   @property
   def max_steps(self) -> int:
@@ -85,6 +86,7 @@ class RunContext:
   def PrepareLogdir(self) -> str:
     """Creates the logdir and checks that it takes files; writes nothing else."""
     try:
+      self._created_logdir = not os.path.exists(self.logdir)
       os.makedirs(self.logdir, exist_ok=True)
       with tempfile.NamedTemporaryFile(dir=self.logdir, prefix='.write_test'):
         pass
@@ -92,6 +94,21 @@ class RunContext:
       raise UserError(f'Cannot write to --logdir {self.logdir!r}: {e.strerror}; '
                       'choose a writable directory.') from None
     return self.logdir
+
+  def RemoveUnusedLogdir(self) -> None:
+    """Removes the logdir if PrepareLogdir created it and the run, refused,
+    left it empty: a refused run leaves no trace."""
+    if self._created_logdir:
+      try:
+        os.rmdir(self.logdir)
+      except OSError:  # not empty (or gone): keep what is there
+        pass
+
+  def _DevicesNeeded(self) -> int:
+    try:
+      return device_mapping.DevicesNeeded(self.params.task)
+    except ValueError as e:  # e.g. a schedule_text that does not parse
+      raise UserError(str(e)) from None
 
   def ConfigureDevices(self) -> None:
     """Creates logical CPU devices for the pipelines when no accelerator is
@@ -101,7 +118,7 @@ class RunContext:
       return
     self._devices_configured = True
     if self.cluster is not None:
-      needed = device_mapping.DevicesNeeded(self.params.task)
+      needed = self._DevicesNeeded()
       if needed > len(self.cluster.Tasks()):
         raise UserError(
             f'The model needs {needed} devices (cells x replicas / '
@@ -122,12 +139,8 @@ class RunContext:
     self._devices_configured = True
     if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
       return
-    try:
-      needed = device_mapping.DevicesNeeded(self.params.task)
-    except ValueError as e:  # e.g. a schedule_text that does not parse
-      raise UserError(str(e)) from None
     wanted = self.options.num_logical_devices or max(
-        needed, self.params.trainer.num_logical_devices, 1)
+        self._DevicesNeeded(), self.params.trainer.num_logical_devices, 1)
     cpu = tf.config.list_physical_devices('CPU')[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)

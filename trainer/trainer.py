@@ -144,11 +144,14 @@ def Main(argv: List[str]) -> None:
   # Imported only now: run_context imports TensorFlow, whose start-up lines
   # the filter above must catch.
   from trainer import run_context  # pylint: disable=g-import-not-at-top
+  ctx = None
   try:
     ctx = run_context.Build(_Options(run_context.Options),
                             FLAGS.mode not in _WITHOUT_EXPERIMENT)
     importlib.import_module(MODES[FLAGS.mode]).Run(ctx)
   except run_context.UserError as e:
+    if ctx is not None:
+      ctx.RemoveUnusedLogdir()
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   except KeyboardInterrupt:
