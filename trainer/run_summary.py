@@ -18,8 +18,9 @@ def _ShortDevice(name: str) -> str:
 
 def PipelineLines(task: tf.Module) -> List[str]:
   """'K=2 cells, M=4 micro-batches, schedule GPIPE, devices CPU:0 CPU:1' per
-  PipeliningLayer of the built task, read off the layers themselves (so
-  tasks that build their pipelines in their constructors are covered)."""
+  PipeliningLayer of the built task (replicas' devices apart: '| CPU:2
+  CPU:3'), read off the layers themselves (so tasks that build their
+  pipelines in their constructors are covered)."""
   found = []
   for module in task.submodules:
     if not isinstance(module, gpipe.PipeliningLayer):
@@ -27,7 +28,8 @@ def PipelineLines(task: tf.Module) -> List[str]:
     p, plan = module.params, module.plan
     micro = (f'{p.micro_batch_size} examples per micro-batch' if p.micro_batch_size
              else f'M={p.num_micro_batches} micro-batches')
-    devices = ' '.join(_ShortDevice(d.name) for d in plan.devices)
+    devices = ' | '.join(' '.join(_ShortDevice(d.name) for d in row)
+                         for row in plan.replica_devices)
     replicas = f', R={plan.num_replicas} replicas' if plan.num_replicas > 1 else ''
     found.append(f'{p.name}: K={plan.num_cells} cells, {micro}{replicas}, schedule '
                  f'{plan.schedule_name}, devices {devices}')

@@ -56,12 +56,13 @@ def test_params_text_records_what_trained_and_finished_runs_say_so(tmp_path):
   assert (logdir / 'params.txt').read_text() == trained
 
 
-@pytest.mark.parametrize('pipeline,schedule', [
-    (dict(schedule=ScheduleKind.ZB_H1), 'ZB_H1'),
-    (dict(schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1'), 'text'),
+@pytest.mark.parametrize('pipeline,what', [
+    (dict(schedule=ScheduleKind.ZB_H1), 'schedule ZB_H1, devices CPU:0 CPU:1'),
+    (dict(schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1'),
+     'schedule text, devices CPU:0 CPU:1'),
+    (dict(num_replicas=2), 'R=2 replicas, schedule GPIPE, devices CPU:0 CPU:1 | CPU:2 CPU:3'),
 ])
-def test_the_opening_line_names_the_schedule_that_runs(pipeline, schedule):
+def test_the_opening_line_names_the_schedule_and_devices_that_run(pipeline, what):
   task = tf.Module()
   task.pipe = models.Pipeline(*models.FfnLayers(), 2, 2, **pipeline)
-  assert run_summary.PipelineLines(task) == [
-      f'pipe: K=2 cells, M=2 micro-batches, schedule {schedule}, devices CPU:0 CPU:1']
+  assert run_summary.PipelineLines(task) == [f'pipe: K=2 cells, M=2 micro-batches, {what}']
