@@ -17,8 +17,8 @@ def Define() -> None:
                     'The pipeline schedule (ScheduleKind value); other than gpipe, '
                     'the step computes the loss inside the pipeline (FPropWithLoss).')
   flags.DEFINE_integer('cells_per_device', 1, 'v, cells per device of interleaved '
-                       '(ZB-V\'s is 2, whatever this says): the layers go into k*v '
-                       'cells on k devices.')
+                       '(which needs 2 or more; ZB-V\'s is 2, whatever this says): the '
+                       'layers go into k*v cells on k devices.')
   flags.DEFINE_integer('loop_min_micro_batches', 0, 'The training step (any '
                        'schedule) as a tf.while_loop per device when M >= this '
                        '(0: unrolled).')

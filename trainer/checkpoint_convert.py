@@ -111,6 +111,10 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
   if old is None:
     raise ConvertError(f'No checkpoint in {old_logdir!r}: give the old run\'s logdir, '
                        'its checkpoints directory or a checkpoint prefix.')
+  if not checkpoint_keys.OldFormatPaths(checkpoint_keys.CheckpointSpecs(old)):
+    raise ConvertError(f'{old} is already in the current format (no variable path of '
+                       'an earlier version): nothing to convert; train, evaluate or '
+                       'decode on its logdir as it is.')
   if params_file is None:
     candidate = os.path.join(checkpoint_keys.LogdirOf(old), 'params.txt')
     params_file = candidate if os.path.exists(candidate) else None
@@ -125,10 +129,6 @@ def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> s
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer import loop  # pylint: disable=g-import-not-at-top
   specs = checkpoint_keys.CheckpointSpecs(old)
-  if not checkpoint_keys.OldFormatPaths(specs):
-    raise ConvertError(f'{old} is already in the current format (no variable path of '
-                       'an earlier version): nothing to convert; train, evaluate or '
-                       'decode on its logdir as it is.')
   trainer = loop.Trainer(params, new_logdir, log=log)
   reader = tf.train.load_checkpoint(old)
   # The optimizer's slots and other state exist once it has updated; a

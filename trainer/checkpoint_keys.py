@@ -167,9 +167,12 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
   if model_diff:
     what = 'variables: ' + _Describe(model_diff, len(values))
     params_txt = os.path.join(LogdirOf(path), 'params.txt')
-    fix = ('Run with the params it was trained with' +
-           (f' (--model_params_file_override={params_txt}, with a --model whose task is '
-            f'{_TrainedTask(params_txt)})' if os.path.exists(params_txt) else '') +
+    hint = ''
+    if os.path.exists(params_txt):
+      trained_as = _TrainedTask(params_txt)
+      hint = (f' (--model_params_file_override={params_txt}' +
+              (f', with a --model whose task is {trained_as}' if trained_as else '') + ')')
+    fix = ('Run with the params it was trained with' + hint +
            ', pick another --logdir to train this model from scratch, or start '
            'one from this checkpoint with trainer.init_from_checkpoint_rules')
   else:
@@ -183,12 +186,16 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
 
 
 def _TrainedTask(params_txt: str) -> str:
-  """The task class a params.txt names (task.cls), '?' if none."""
-  with open(params_txt) as f:
-    for line in f:
-      if line.startswith('task.cls :'):
-        return line.split(':', 1)[1].strip().removeprefix("cls('").removesuffix("')")
-  return '?'
+  """The task class a params.txt names (task.cls); '' if it names none or
+  cannot be read."""
+  try:
+    with open(params_txt) as f:
+      for line in f:
+        if line.startswith('task.cls :'):
+          return line.split(':', 1)[1].strip().removeprefix("cls('").removesuffix("')")
+  except OSError:
+    pass
+  return ''
 
 
 def _Describe(diff: Differences, total: int) -> str:

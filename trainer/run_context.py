@@ -76,7 +76,7 @@ class RunContext:
     self.logdir = options.logdir or os.path.join(DEFAULT_LOGDIR_ROOT, options.model)
     self.cluster = cluster_config
     self._devices_configured = False
-    self._created_logdir = False
+    self._created_logdir: Optional[str] = None  # the topmost directory PrepareLogdir made
 
   @property
   def max_steps(self) -> int:
@@ -86,7 +86,7 @@ class RunContext:
   def PrepareLogdir(self) -> str:
     """Creates the logdir and checks that it takes files; writes nothing else."""
     try:
-      self._created_logdir = not os.path.exists(self.logdir)
+      self._created_logdir = _FirstMissing(self.logdir)
       os.makedirs(self.logdir, exist_ok=True)
       with tempfile.NamedTemporaryFile(dir=self.logdir, prefix='.write_test'):
         pass
@@ -96,13 +96,19 @@ class RunContext:
     return self.logdir
 
   def RemoveUnusedLogdir(self) -> None:
-    """Removes the logdir if PrepareLogdir created it and the run, refused,
-    left it empty: a refused run leaves no trace."""
-    if self._created_logdir:
+    """Removes the directories PrepareLogdir created, if the run, refused,
+    left them empty: a refused run leaves no trace."""
+    if self._created_logdir is None:
+      return
+    path = os.path.abspath(self.logdir)
+    while True:
       try:
-        os.rmdir(self.logdir)
+        os.rmdir(path)
       except OSError:  # not empty (or gone): keep what is there
-        pass
+        return
+      if path == self._created_logdir:
+        return
+      path = os.path.dirname(path)
 
   def _DevicesNeeded(self) -> int:
     try:
@@ -174,6 +180,16 @@ class RunContext:
       return contextlib.nullcontext()
     return cluster_run.Supervised(trainer_obj, self.cluster,
                                   self.options.worker_timeout_s)
+
+
+def _FirstMissing(path: str) -> Optional[str]:
+  """The topmost directory of `path` that does not exist (None: it exists)."""
+  path = os.path.abspath(path)
+  if os.path.exists(path):
+    return None
+  while not os.path.exists(os.path.dirname(path)):
+    path = os.path.dirname(path)
+  return path
 
 
 def Reason(e: Exception) -> str:

@@ -58,7 +58,8 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
   if warning:
     print(warning, file=sys.stderr, flush=True)
   try:
-    trainer_obj.TraceTraining()
+    with ctx.Supervised(trainer_obj):  # the trace makes the slots on the workers
+      trainer_obj.TraceTraining()
   except ValueError as e:
     raise UserError(str(e)) from None
   WriteParamsText(ctx.params, ctx.logdir)

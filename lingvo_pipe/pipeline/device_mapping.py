@@ -61,7 +61,11 @@ def DevicesNeeded(params: Any) -> int:
 def _PipelineDevices(p: hyperparams.Params) -> int:
   """K of PipeliningLayer params, before any partition."""
   if p.schedule_text:
-    return schedule_text.Parse(p.schedule_text).num_devices
+    try:
+      return schedule_text.Parse(p.schedule_text).num_devices
+    except ValueError as e:
+      raise ValueError(f'PipeliningLayer {p.name!r}: the schedule text (schedule_text) '
+                       f'does not parse: {e}') from None
   splits = len(p.splits) + 1 if p.splits else 0
   cells = max(p.num_partitions, len(p.cell_tpl), splits, 1)
   try:

@@ -60,7 +60,7 @@ class PipeliningLayer(base_layer.BaseLayer):
              'SequentialLayer params). Exclusive with layers.')
     p.Define('layers', [], 'Automatic partition: params of all layers, in '
              'order, split into num_partitions cells or at splits.')
-    p.Define('num_partitions', 0, 'Cells of the automatic partition (K*v: v a device).')
+    p.Define('num_partitions', 0, 'Cells of the automatic partition: K devices x v cells each.')
     p.Define('splits', [], 'Manual split points for layers, e.g. [3, 7, 12].')
     p.Define('cost', partition.CostKind.FLOPS,
              'What the automatic partition balances (a CostKind).')

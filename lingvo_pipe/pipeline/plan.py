@@ -167,7 +167,13 @@ def FromParams(p: Any, num_cells: int,
                check_devices: bool = True) -> Plan:
   """The Plan of PipeliningLayer params `p` for `num_cells` cells on
   `devices` (None: device_mapping.DefaultDevices); with check_devices
-  local devices must exist in this process."""
+  local devices must exist in this process. A schedule_text fixes M, so it
+  takes num_micro_batches, not micro_batch_size (with replicas, evaluation's
+  M of the whole batch would differ from training's)."""
+  if p.schedule_text and p.micro_batch_size:
+    raise ValueError(f'PipeliningLayer {p.name!r}: schedule_text names its micro-batches, '
+                     f'so it fixes M; set num_micro_batches to its M instead of '
+                     f'micro_batch_size ({p.micro_batch_size}).')
   return Make(p.name, p.schedule_text or p.schedule, num_cells, p.cells_per_device,
               p.num_replicas, devices, p.consecutive_cells_per_device, p.remat,
               p.remat_last_micro_batch, LoopFromM(p), check_devices)

@@ -26,6 +26,13 @@ def test_micro_batches_not_dividing_batch_at_build():
     _Params(num_micro_batches=3).Instantiate()
 
 
+def test_a_schedule_text_takes_num_micro_batches_not_micro_batch_size():
+  with pytest.raises(ValueError, match=r"'pipe': schedule_text names its micro-batches, so "
+                     r'it fixes M; set num_micro_batches to its M instead of '
+                     r'micro_batch_size \(4\)'):
+    _Params(micro_batch_size=4, schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1').Instantiate()
+
+
 @pytest.mark.parametrize('value', [-1, 2.5, 'auto'])
 def test_loop_min_micro_batches_out_of_range(value):
   with pytest.raises(ValueError, match=rf"'pipe': loop_min_micro_batches={value!r}; give "

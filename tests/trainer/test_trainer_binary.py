@@ -68,13 +68,13 @@ def test_inspect_params_and_model():
       'one_f_one_b'], 'schedule ONE_F_ONE_B starts backwards before the last forward'),
 ])
 def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
-  args = ['--model=' + TINY, '--mode=train', f'--logdir={tmp_path / "run"}'] + flags
+  args = ['--model=' + TINY, '--mode=train', f'--logdir={tmp_path / "new" / "run"}'] + flags
   result = _Run(*args, check=False)
   assert result.returncode == 2
   assert 'Traceback' not in result.stderr
   lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and message in lines[0], result.stderr
-  assert not list(tmp_path.iterdir())  # nothing written, not even the new logdir
+  assert not list(tmp_path.iterdir())  # nothing written, not even the new directories
 
 
 def test_params_file_override_then_flag_override(tmp_path):
