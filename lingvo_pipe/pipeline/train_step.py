@@ -15,7 +15,7 @@ cells' statistics (`apply_updates`).
   are not differentiable.
 """
 
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -43,11 +43,11 @@ def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
     flat_out = tf.nest.flatten(outputs)
 
     def Grad(*dys, variables=None):
-      del variables  # the pipeline reads no variables; theta is passed in
       dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(flat_out, dys)]
       result = run.Backwards(batches.OutputGrads(last_outputs, dys))
-      return (batches.InputGrads(result.input_grads) +
-              [g for row in result.theta_grads for cell in row for g in cell])
+      return _WithVariableGrads(
+          batches.InputGrads(result.input_grads) +
+          [g for row in result.theta_grads for cell in row for g in cell], variables)
 
     return outputs, Grad
 
@@ -77,12 +77,32 @@ def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
       for r, row in enumerate(result.theta_grads):
         for k, cell_grads in enumerate(row):
           grads += _Scale(cell_grads, d_loss, devices[r][k])
-      return (grads, [None] * len(variables)) if variables else grads
+      return _WithVariableGrads(grads, variables)
 
     return (result.loss, outputs), Grad
 
   loss, outputs = Pipeline(inputs, thetas)
   return loss, tf.nest.map_structure(tf.stop_gradient, outputs)
+
+
+def _WithVariableGrads(grads: List[Any], variables: Optional[Sequence[tf.Variable]]) -> Any:
+  """What a custom gradient returns: `grads` of its inputs, and None for
+  each of `variables`, those read inside the step rather than passed in as
+  theta (statistics, the loss scale).
+
+  Raises:
+    ValueError: naming the trainable ones: a layer read them directly
+      (self.w, not theta.w), so the pipeline has no gradient for them.
+  """
+  if not variables:
+    return grads
+  trainable = [v.name for v in variables if v.trainable]
+  if trainable:
+    raise ValueError(
+        f'The pipeline\'s layers read trainable variables directly, not from theta: '
+        f'{trainable}. The pipeline differentiates theta only, so these would get no '
+        'gradient; read them from the theta FProp receives (theta.w, not self.w).')
+  return grads, [None] * len(variables)
 
 
 def _Scale(grads: Sequence[Any], scale: tf.Tensor, device: str) -> List[Any]:

@@ -4,6 +4,8 @@ runs, with the clashing values in the message."""
 import pytest
 import tensorflow as tf
 
+from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
@@ -127,3 +129,37 @@ def test_no_layer_is_built_when_config_is_bad(bad):
   with pytest.raises(ValueError):
     _Params(layers=layers, **bad).Instantiate()
   assert _Counted.built == 0
+
+
+class _ReadsSelfW(base_layer.BaseLayer):
+  """A porting slip: reads its weight as self.w, not theta.w."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', weights.WeightParams([8, 8]))
+
+  def FProp(self, theta, x):
+    return tf.matmul(x, self.w)
+
+
+@pytest.mark.parametrize('loss_inside', [False, True])
+@pytest.mark.parametrize('eager', [False, True])
+def test_a_layer_reading_its_variable_outside_theta_is_refused(loss_inside, eager):
+  """Its weight would get no gradient (a zero one with the loss inside):
+  the step refuses, naming the variable."""
+  layers = _Layers(2) + [_ReadsSelfW.Params().Set(name='slip')]
+  pipe = _Params(layers=layers, splits=[2], num_partitions=0, input_shapes=None,
+                 num_micro_batches=2).Instantiate()
+  x = tf.ones([16, 8])
+
+  def Step():
+    with tf.GradientTape() as tape:
+      if loss_inside:
+        loss, _ = pipe.FPropWithLoss(pipe.theta, tf.reduce_sum, x)
+      else:
+        loss = tf.reduce_sum(pipe.FProp(pipe.theta, x))
+    return tape.gradient(loss, pipe.trainable_variables)
+
+  with pytest.raises(ValueError, match=r"read trainable variables directly, not from theta: "
+                     r"\['pipe/slip/w:0'\]"):
+    Step() if eager else tf.function(Step, autograph=False)()
