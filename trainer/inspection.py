@@ -226,7 +226,7 @@ def ModelPlan(task_params: hyperparams.Params,
                  f'{resolved.schedule_name}, bubble {bubble}')
     lines.append(f'  {"cell":<5} {"device":<42} {"param bytes":>12} '
                  f'{"GFLOPs":>8} {"act bytes":>10}  layers')
-    shapes = tuple(tf.TensorShape(s) for s in p.input_shapes or [])
+    shapes = layer_meta.Shapes(*(p.input_shapes or []))
     for k, cell in enumerate(cells):
       names = [lp.name for lp in cell.sub] if 'sub' in cell else [cell.name]
       if shapes:

@@ -47,6 +47,13 @@ def Bytes(shapes: Iterable[Any], dtype: tf.DType) -> int:
   return sum(NumElements(s) for s in shapes) * tf.as_dtype(dtype).size
 
 
-def Shapes(*shapes: Sequence[Any]) -> tuple:
-  """Normalizes shapes to a tuple of tf.TensorShape."""
-  return tuple(tf.TensorShape(s) for s in shapes)
+def Shapes(*shapes: Any) -> tuple:
+  """Normalizes shapes to a tuple of tf.TensorShape; the shapes of an input
+  that is a NestedMap (or dict) are one of the same keys."""
+  return tuple(_Shape(s) for s in shapes)
+
+
+def _Shape(shape: Any) -> Any:
+  if isinstance(shape, dict):
+    return type(shape)((key, _Shape(value)) for key, value in shape.items())
+  return tf.TensorShape(shape)

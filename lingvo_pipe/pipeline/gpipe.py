@@ -64,9 +64,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('splits', [], 'Manual split points for layers, e.g. [3, 7, 12].')
     p.Define('cost', partition.CostKind.FLOPS,
              'What the automatic partition balances (a CostKind).')
-    p.Define('input_shapes', None, 'List of the shapes of the pipeline '
-             'inputs, batch included, e.g. [[64, 512]]: needed for the '
-             'automatic partition and to check cell boundaries at build.')
+    p.Define('input_shapes', None, 'List of the shapes of the pipeline inputs, batch '
+             'included, e.g. [[64, 512]] (a NestedMap input: a NestedMap of shapes): '
+             'needed for the automatic partition and to check cell boundaries at build.')
     p.Define('num_micro_batches', 1, 'M, micro-batches per mini-batch.')
     p.Define('micro_batch_size', 0, 'Alternative to num_micro_batches: '
              'examples per micro-batch (0: use num_micro_batches).')

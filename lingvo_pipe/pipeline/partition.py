@@ -19,7 +19,7 @@ def LayerCosts(layer_params: Sequence[hyperparams.Params],
                kind: CostKind = CostKind.FLOPS) -> List[int]:
   """The cost of each layer, chaining output shapes into the next layer."""
   costs = []
-  shapes = tuple(input_shapes)
+  shapes = layer_meta.Shapes(*input_shapes)
   for p in layer_params:
     meta: layer_meta.LayerMeta = p.cls.FPropMeta(p, *shapes)
     costs.append(getattr(meta, kind.value))

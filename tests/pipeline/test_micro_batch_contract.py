@@ -37,7 +37,7 @@ class _Scale(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params, *shapes):
-    return layer_meta.LayerMeta(tuple(tf.TensorShape(s) for s in shapes))
+    return layer_meta.LayerMeta(layer_meta.Shapes(*shapes), flops=1)
 
 
 class _Head(base_layer.BaseLayer):
@@ -57,6 +57,8 @@ class _Head(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params, *shapes):
+    if isinstance(shapes[0], NestedMap):
+      return layer_meta.LayerMeta((shapes[0].x, shapes[0].aux))
     return layer_meta.LayerMeta(tuple(tf.TensorShape(s) for s in
                                       shapes[:2 if params.keep_second else 1]))
 
@@ -64,9 +66,9 @@ class _Head(base_layer.BaseLayer):
 def _Pipe(num_micro, keep_second=False, **kwargs):
   layers = [_Scale.Params().Set(name=f's{i}') for i in range(3)]
   layers.append(_Head.Params().Set(name='head', keep_second=keep_second))
-  return gpipe.PipeliningLayer.Params().Set(
-      name='pipe', layers=layers, splits=[2], num_micro_batches=num_micro,
-      **kwargs).Instantiate()
+  params = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, splits=[2], num_micro_batches=num_micro)
+  return params.Set(**kwargs).Instantiate()
 
 
 def _Normal(shape, seed):
@@ -106,13 +108,22 @@ def _Pipelined(pipe, inputs, loss_fn):
   return out, loss, tape.gradient(loss, list(pipe.trainable_variables) + flat)
 
 
-@pytest.mark.parametrize('num_micro', [1, 4])
-def test_nested_input_whose_broadcast_keys_sort_before_the_batch_key(num_micro):
+@pytest.mark.parametrize('num_micro,shapes', [
+    (1, None), (4, None),
+    # input_shapes of a NestedMap input: a NestedMap of shapes, enough for
+    # the automatic partition into num_partitions cells.
+    (4, NestedMap(x=[B, D], a_mask=[D], aux=[])),
+])
+def test_nested_input_whose_broadcast_keys_sort_before_the_batch_key(num_micro, shapes):
   """tf.nest orders 'a_mask' and 'aux' before the batch entry 'x'; they
   reach every micro-batch whole and get the sum of the micro-batches'
   gradients. The aux output is declared summed: it equals the sum of the
   micro-batches' aux, in training and in eval."""
-  pipe = _Pipe(num_micro, broadcast_inputs=['0.a_mask', '0.aux'], summed_outputs=[1])
+  partition = (dict(splits=[2]) if shapes is None else
+               dict(splits=[], num_partitions=2, input_shapes=[shapes]))
+  pipe = _Pipe(num_micro, broadcast_inputs=['0.a_mask', '0.aux'], summed_outputs=[1],
+               **partition)
+  assert pipe.num_cells == 2
   inputs = (NestedMap(x=_Normal([B, D], 1), a_mask=_Normal([D], 2), aux=tf.constant(0.5)),)
   targets = _Normal([B, D], 3)
 
