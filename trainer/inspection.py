@@ -11,8 +11,6 @@ PIPELINE_SCHEDULES; without it only GPIPE, the one schedule FProp trains
 
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-import tensorflow as tf
-
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams

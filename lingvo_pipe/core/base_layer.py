@@ -357,7 +357,10 @@ class BaseLayer(tf.Module):
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     """Planning metadata for the given input shapes (see LayerMeta)."""
-    raise NotImplementedError(f'{cls.__name__} does not define FPropMeta.')
+    raise NotImplementedError(
+        f'{cls.__name__} does not define FPropMeta, which the automatic partition '
+        "(PipeliningLayer's num_partitions) and its input_shapes need: define it, or "
+        'split the layers by hand with splits (or cell_tpl) and leave input_shapes unset.')
 
 
 def InheritBaseParams(child: hyperparams.Params,

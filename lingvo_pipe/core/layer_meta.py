@@ -2,7 +2,7 @@
 
 import dataclasses
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import tensorflow as tf
 
@@ -23,6 +23,11 @@ class LayerMeta:
   flops: int = 0
   param_bytes: int = 0
   act_bytes: int = 0
+
+  def __post_init__(self) -> None:
+    if not isinstance(self.out_shapes, tuple):
+      raise TypeError(f'LayerMeta.out_shapes must be a tuple, one entry per output '
+                      f'(e.g. (tf.TensorShape([8, 16]),)), not {self.out_shapes!r}.')
 
   def __add__(self, other: 'LayerMeta') -> 'LayerMeta':
     """Sums costs; the output shapes are `other`'s (the later layer's)."""

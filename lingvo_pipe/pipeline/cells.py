@@ -141,6 +141,7 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
     try:
       shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
     except (ValueError, TypeError) as e:
-      raise ValueError(f'Cell {k} does not accept the output of cell {k - 1} '
+      given = f'the output of cell {k - 1}' if k else "the pipeline's inputs"
+      raise ValueError(f'Cell {k} does not accept {given} '
                        f'(shapes {[str(s) for s in shapes]}): {e}') from e
   contract.SummedOutputs(containers.AsTuple(shapes))

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
@@ -83,6 +84,35 @@ def test_cell_output_does_not_fit_next_cell():
     _Params(layers=[], cell_tpl=[
         containers.SequentialLayer.Params().Set(name='a', sub=layers[:2]),
         containers.SequentialLayer.Params().Set(name='b', sub=layers[2:])]).Instantiate()
+
+
+def test_first_cell_does_not_fit_the_inputs():
+  with pytest.raises(ValueError, match=r"Cell 0 does not accept the pipeline's inputs "
+                     r"\(shapes \['\(16, 5\)'\]\)"):
+    _Params(input_shapes=[[16, 5]], splits=[2], num_partitions=0).Instantiate()
+
+
+class _NoMeta(base_layer.BaseLayer):
+
+  def FProp(self, theta, x):
+    return x
+
+
+class _BareShapeMeta(_NoMeta):
+
+  @classmethod
+  def FPropMeta(cls, params, x):
+    return layer_meta.LayerMeta(tf.TensorShape(x))
+
+
+@pytest.mark.parametrize('layer,error,match', [
+    (_NoMeta, NotImplementedError, r'_NoMeta does not define FPropMeta, which the automatic '
+     r"partition \(PipeliningLayer's num_partitions\) and its input_shapes need.*splits"),
+    (_BareShapeMeta, TypeError, r'LayerMeta.out_shapes must be a tuple, one entry per output'),
+])
+def test_a_layer_without_a_usable_fprop_meta(layer, error, match):
+  with pytest.raises(error, match=match):
+    _Params(layers=_Layers(2) + [layer.Params().Set(name='custom')]).Instantiate()
 
 
 def test_empty_cell():
