@@ -201,16 +201,24 @@ def test_micro_batch_size_and_time_major_inputs():
       name='pipe', layers=layers, num_partitions=2, micro_batch_size=4, batch_dim=1,
       input_shapes=[[3, 16, 8]]).Instantiate()
   x = tf.random.stateless_normal([3, 16, 8], [8, 9])
-  tasks = []
-  original = pipe._replica_runners[0][0].Forward
-
-  def Counting(theta, inputs, *args, **kwargs):
-    tasks.append(inputs[0].shape)
-    return original(theta, inputs, *args, **kwargs)
-
-  pipe._replica_runners[0][0].Forward = Counting
+  tasks = _FirstCellInputShapes(pipe, replica=0)
   transparency.CheckTransparent(pipe, (x,), 4, loss_fn=tf.reduce_sum, eager=True)
   assert tasks == [tf.TensorShape([3, 4, 8])] * 4
+
+
+def _FirstCellInputShapes(pipe, replica):
+  """The shapes of the first input of each forward of the replica's first
+  cell, appended as they run."""
+  shapes = []
+  runner = pipe._replica_runners[replica][0]
+  original = runner.Forward
+
+  def Counting(theta, inputs, *args, **kwargs):
+    shapes.append(inputs[0].shape)
+    return original(theta, inputs, *args, **kwargs)
+
+  runner.Forward = Counting
+  return shapes
 
 
 def test_micro_batch_size_with_replicas_cuts_each_replicas_batch():
@@ -219,14 +227,7 @@ def test_micro_batch_size_with_replicas_cuts_each_replicas_batch():
   layers, shape = models.FfnLayers()
   pipe = models.Pipeline(layers, shape, 2, 1, micro_batch_size=4, num_replicas=2)
   x = tf.random.stateless_normal(shape, [8, 10])
-  tasks = []
-  original = pipe._replica_runners[1][0].Forward
-
-  def Counting(theta, inputs, *args, **kwargs):
-    tasks.append(inputs[0].shape)
-    return original(theta, inputs, *args, **kwargs)
-
-  pipe._replica_runners[1][0].Forward = Counting
+  tasks = _FirstCellInputShapes(pipe, replica=1)
   transparency.CheckTransparent(pipe, (x,), 4, eager=True)
   assert tasks == [tf.TensorShape([4] + shape[1:])] * 2
 
