@@ -111,7 +111,8 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
   if old is None:
     raise ConvertError(f'No checkpoint in {old_logdir!r}: give the old run\'s logdir, '
                        'its checkpoints directory or a checkpoint prefix.')
-  if not checkpoint_keys.OldFormatPaths(checkpoint_keys.CheckpointSpecs(old)):
+  specs = checkpoint_keys.CheckpointSpecs(old)
+  if not checkpoint_keys.OldFormatPaths(specs):
     raise ConvertError(f'{old} is already in the current format (no variable path of '
                        'an earlier version): nothing to convert; train, evaluate or '
                        'decode on its logdir as it is.')
@@ -122,13 +123,13 @@ def ConvertLogdir(model: str, old_logdir: str, new_logdir: str,
   log(f'Params: {model}' + (f' with {params_file}' if params_file else '') +
       (f' and {overrides!r}' if overrides else '') + '.')
   _ConfigureDevices(params)
-  return _Convert(params, old, new_logdir, log)
+  return _Convert(params, old, specs, new_logdir, log)
 
 
-def _Convert(params, old: str, new_logdir: str, log: Callable[[str], None]) -> str:
+def _Convert(params, old: str, specs: Dict[str, checkpoint_keys.Spec], new_logdir: str,
+             log: Callable[[str], None]) -> str:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer import loop  # pylint: disable=g-import-not-at-top
-  specs = checkpoint_keys.CheckpointSpecs(old)
   trainer = loop.Trainer(params, new_logdir, log=log)
   reader = tf.train.load_checkpoint(old)
   # The optimizer's slots and other state exist once it has updated; a
