@@ -14,6 +14,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
+from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
@@ -145,3 +146,18 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
       raise ValueError(f'Cell {k} does not accept {given} '
                        f'(shapes {[str(s) for s in shapes]}): {e}') from e
   contract.SummedOutputs(containers.AsTuple(shapes))
+
+
+def CheckExampleAxes(p: hyperparams.Params, layers: Sequence[base_layer.BaseLayer]) -> None:
+  """A time-major pipeline refuses dropouts that do not say which axis of
+  their inputs indexes examples: drawn along time, their masks would change
+  with M."""
+  if p.batch_dim == 0:
+    return
+  unset = [path for layer in layers for path in dropout.UnsetExampleAxes(layer)]
+  if unset:
+    raise ValueError(
+        f'PipeliningLayer {p.name!r} splits its batch along batch_dim={p.batch_dim}, but '
+        f'DropoutLayers {unset} leave example_axis unset (0, the time axis of time-major '
+        'inputs), so their masks would change with M: set their example_axis to 1 where '
+        'their inputs are time-major, 0 where a cell made them batch-major.')

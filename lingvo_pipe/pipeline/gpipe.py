@@ -159,6 +159,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       for i in run:
         layer_devices[i] = self.devices[k].name
     self.CreateChildren('layers', layer_params, devices=layer_devices)
+    cells.CheckExampleAxes(p, self.layers)
     self.__dict__['replica_variables'] = replica_variables.ReplicaVariables(
         self.layers, self._cell_layer_indices, self.replica_devices)
     with self.name_scope:

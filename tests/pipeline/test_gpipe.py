@@ -206,6 +206,37 @@ def test_micro_batch_size_and_time_major_inputs():
   assert tasks == [tf.TensorShape([3, 4, 8])] * 4
 
 
+def _TimeMajorDropoutPipeline(**dropout_kwargs):
+  from lingvo_pipe.core.layers import dropout
+  from lingvo_pipe.core.layers import linear
+  layers = [linear.ProjectionLayer.Params().Set(name='p0', input_dim=8, output_dim=8),
+            dropout.DropoutLayer.Params().Set(name='drop', keep_prob=0.5, **dropout_kwargs),
+            linear.ProjectionLayer.Params().Set(name='p1', input_dim=8, output_dim=8)]
+  return gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=4, batch_dim=1,
+      input_shapes=[[3, 16, 8]]).Instantiate()
+
+
+def test_a_time_major_pipeline_refuses_dropout_without_its_example_axis():
+  """Left at 0, the masks of [time, batch, dim] inputs would be drawn per
+  time step, and change with M."""
+  with pytest.raises(ValueError, match=r"splits its batch along batch_dim=1, but DropoutLayers "
+                     r"\['pipe/drop'\] leave example_axis unset .* set their "
+                     r'example_axis to 1 where their inputs are time-major'):
+    _TimeMajorDropoutPipeline()
+
+
+def test_time_major_dropout_with_its_example_axis_does_not_change_with_m():
+  """example_axis=1: the pipeline at M=4 equals the reference at M=4, whose
+  outputs equal its own at M=1 (the whole batch)."""
+  pipe = _TimeMajorDropoutPipeline(example_axis=1)
+  x = tf.random.stateless_normal([3, 16, 8], [8, 11])
+  transparency.CheckTransparent(pipe, (x,), 4, loss_fn=tf.reduce_sum, eager=True)
+  reference = transparency.Reference(pipe)
+  transparency.AssertClose(reference.Forward((x,), 4, step=7),
+                           reference.Forward((x,), 1, step=7), 'M=4 against M=1')
+
+
 def _FirstCellInputShapes(pipe, replica):
   """The shapes of the first input of each forward of the replica's first
   cell, appended as they run."""

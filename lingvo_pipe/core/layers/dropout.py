@@ -45,9 +45,11 @@ class DropoutLayer(base_layer.BaseLayer):
     p.Define('noise_shape_broadcast_dims', None,
              'Dims along which one mask value is shared (e.g. [1] for the '
              'time axis of [batch, time, dim]); None: a value per element.')
-    p.Define('example_axis', 0, 'The axis of the inputs that indexes '
-             'examples: masks are drawn per example along it. 1 for '
-             "time-major inputs (a PipeliningLayer's batch_dim=1).")
+    p.Define('example_axis', None, 'The axis of the inputs that indexes '
+             'examples: masks are drawn per example along it. None: 0, '
+             "except in a time-major PipeliningLayer (batch_dim=1), which "
+             'refuses None: 1 where the inputs are time-major like the '
+             "pipeline's, 0 where a cell made them batch-major.")
     return p
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -78,7 +80,7 @@ class DropoutLayer(base_layer.BaseLayer):
     values), so the bits of examples first..first+n-1 are one draw from
     counter first*G.
     """
-    rank, axis = inputs.shape.rank, self.params.example_axis
+    rank, axis = inputs.shape.rank, self.params.example_axis or 0
     if rank is None or not 0 <= axis < rank:
       raise ValueError(f'DropoutLayer {self.path!r}: p.example_axis={axis} is '
                        f'not an axis of its inputs of rank {rank}.')
@@ -133,6 +135,15 @@ class DropoutLayer(base_layer.BaseLayer):
     return layer_meta.LayerMeta(
         out_shapes=(shape,), flops=2 * mask + n,
         act_bytes=(n + mask) * precision.ComputeDtype(params).size)
+
+
+def UnsetExampleAxes(layer: base_layer.BaseLayer) -> List[str]:
+  """The paths of the DropoutLayers in `layer` (itself included) that drop
+  values with example_axis left None."""
+  if isinstance(layer, DropoutLayer):
+    p = layer.params
+    return [layer.path] if p.keep_prob < 1.0 and p.example_axis is None else []
+  return [path for _, child in layer.Children() for path in UnsetExampleAxes(child)]
 
 
 # The RNG of the masks, named rather than auto-selected: XLA's choice of
