@@ -141,7 +141,7 @@ def _Convert(params, old: str, specs: Dict[str, checkpoint_keys.Spec], new_logdi
   for key, target in assignments:
     target.assign(reader.get_tensor(key))
   _RestoreTheRest(trainer, old, log)
-  prefix = trainer.manager.save(checkpoint_number=int(trainer.global_step.numpy()))
+  prefix = checkpoints.Save(trainer.manager, int(trainer.global_step.numpy()))
   with open(os.path.join(new_logdir, 'params.txt'), 'w') as f:
     f.write(params.ToText())
   checkpoint_keys.CheckMatches(prefix, trainer.model_variables, slot_names, False)

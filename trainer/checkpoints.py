@@ -10,7 +10,8 @@ are truncated or garbled is set aside (renamed `*.damaged`) in favour of
 the previous readable one. A readable checkpoint that does not match the
 model (checkpoint_keys.CheckMatches) is not damaged: the run stops and
 nothing is changed. Read-only restores (eval, decode, export, profile)
-change nothing in the directory at all.
+change nothing in the directory at all. Save writes one (the trainer's and
+the converter's saves).
 """
 
 import contextlib
@@ -47,6 +48,27 @@ def _QuietTfLogger() -> Iterator[None]:
     yield
   finally:
     logger.setLevel(level)
+
+
+class _SaverRetracing(logging.Filter):
+  """Drops TensorFlow's retracing warning about its checkpoint saver."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return 'MultiDeviceSaver.save.<locals>.tf_function_save' not in record.getMessage()
+
+
+def Save(manager: tf.train.CheckpointManager, step: int) -> str:
+  """manager.save at `step`, returning its path. With variables on several
+  worker tasks TensorFlow's saver traces a new function on every save, by
+  its design; from the fifth save on it warned of its own retracing, which
+  says nothing about the model, so the warning is dropped."""
+  logger = tf.get_logger()
+  quiet = _SaverRetracing()
+  logger.addFilter(quiet)
+  try:
+    return manager.save(checkpoint_number=step)
+  finally:
+    logger.removeFilter(quiet)
 
 
 def CleanLeftovers(directory: str) -> List[str]:

@@ -309,7 +309,7 @@ class Trainer:
           f'Non-finite values in {", ".join(bad[:3])}{" ..." if len(bad) > 3 else ""} '
           f'at step {step}; not saved (a checkpoint never holds NaN or inf). The '
           f'last checkpoint is {self.manager.latest_checkpoint}.')
-    self.manager.save(checkpoint_number=step)
+    checkpoints.Save(self.manager, step)
 
   def _Summaries(self, writer, step: int, loss: float, norm: float,
                  examples_per_sec: float, step_time: float, skipped: int,
