@@ -237,6 +237,7 @@ class Trainer:
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
     self._SynchronizeCopies()
+    first_loop = True  # its time includes building the step's graph
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
@@ -265,7 +266,8 @@ class Trainer:
         self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
                         elapsed / ran, skipped, metrics)
         self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                       elapsed / ran, skipped, metrics)
+                       elapsed / ran, skipped, metrics, first_loop)
+        first_loop = False
       if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
           step >= max_steps or bool(self.stop_requested.numpy())):
         self._Save(step)
@@ -327,14 +329,18 @@ class Trainer:
 
   def _Progress(self, step: int, max_steps: int, loss: float,
                 examples_per_sec: float, step_time: float, skipped: int,
-                metrics: Dict[str, float]) -> None:
+                metrics: Dict[str, float], first_loop: bool) -> None:
+    """One line per loop; the run's first loop, whose time includes building
+    the step, gives no ETA unless it is the last."""
     eta = int((max_steps - step) * step_time)
+    eta_text = (f'ETA {eta // 60}m{eta % 60:02d}s' if not first_loop or step >= max_steps
+                else 'ETA from the next loop (this one built the step)')
     note = f' ({skipped} non-finite steps skipped)' if skipped else ''
     shown = ''.join(f'  {k} {v:.4f}' for k, v in metrics.items()
                     if not k.startswith(COUNT_PREFIX))
     self.log(f'step {step:>6}/{max_steps}  loss {loss:.4f}{shown}  '
              f'{examples_per_sec:8.1f} examples/s  {step_time:.3f} s/step  '
-             f'ETA {eta // 60}m{eta % 60:02d}s{note}')
+             f'{eta_text}{note}')
 
   # --- eval -----------------------------------------------------------------------
 

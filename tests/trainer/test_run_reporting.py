@@ -1,5 +1,6 @@
 """What a run tells its user (issue 28, points 7 and 8): one opening line
-before any tracing, the task's metrics on the progress line and in
+before any tracing, the task's metrics on the progress line (an ETA from
+the second loop on) and in
 TensorBoard, eval counts summed, params.txt written only by training, and a
 finished run that says nothing was trained."""
 
@@ -29,6 +30,9 @@ def test_opening_line_metrics_and_eval_sums(tmp_path):
                     'schedule GPIPE, devices CPU:0 CPU:1; logdir run'), out[0]
   progress = [line for line in out if line.startswith('step ')]
   assert len(progress) == 2 and all('  accuracy 0.' in line for line in progress)
+  # The first loop's time includes building the step: no ETA from it.
+  assert progress[0].endswith('ETA from the next loop (this one built the step)'), progress
+  assert progress[1].endswith('ETA 0m00s'), progress
   assert 'num_examples' not in progress[0]
   train = summaries.Scalars(str(tmp_path / 'run'), 'train')
   assert [s for s, _ in train['accuracy']] == [50, 100]
