@@ -18,6 +18,7 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import precision
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.pipeline import replica_variables
 from trainer import checkpoint_keys
 from trainer import checkpoints
@@ -48,6 +49,12 @@ class Trainer:
     self.tp = params.trainer
     tf.random.set_seed(self.tp.seed)
     self.task = params.task.Instantiate()
+    outside = pipelined_model.UpdatesOutsidePipelines(self.task)
+    if outside:
+      raise ValueError(
+          f'{outside} update statistics in training (batch norm\'s moving averages), '
+          'which only a PipeliningLayer applies: outside one they would never change, '
+          "and evaluation would use their initial values. Make them the pipeline's layers.")
     self.variables = list(self.task.trainable_variables)
     # Pipeline replicas' own copies of their variables (not the model's,
     # not checkpointed), trained with the same gradients.

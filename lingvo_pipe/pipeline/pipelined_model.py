@@ -7,7 +7,7 @@ built from its params.
 """
 
 import dataclasses
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import tensorflow as tf
 
@@ -94,3 +94,13 @@ class PipelinedModel(base_layer.BaseLayer):
     base_layer.InheritBaseParams(pp, params)
     meta = pp.cls.FPropMeta(pp, *input_shapes)
     return dataclasses.replace(meta, out_shapes=(cls.OutputShapes(*meta.out_shapes),))
+
+
+def UpdatesOutsidePipelines(layer: base_layer.BaseLayer) -> List[str]:
+  """The paths of the layers in `layer` (itself included) with statistics
+  to update in training (batch norm's moving averages) that no
+  PipeliningLayer holds: only a pipeline applies them."""
+  if isinstance(layer, gpipe.PipeliningLayer):
+    return []
+  own = [layer.path] if layer.HAS_OWN_UPDATES else []
+  return own + [path for _, child in layer.Children() for path in UpdatesOutsidePipelines(child)]
