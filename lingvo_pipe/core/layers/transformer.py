@@ -69,8 +69,9 @@ class _PreLnTransformerBase(base_layer.BaseLayer):
       children[f'{name}_ln'] = normalization.LayerNorm.Params().Set(
           input_dim=d, epsilon=params.ln_epsilon)
       children[name] = body
+      # Attention takes batch-major inputs, so examples are axis 0.
       children[f'{name}_dropout'] = dropout.DropoutLayer.Params().Set(
-          keep_prob=params.residual_keep_prob)
+          keep_prob=params.residual_keep_prob, example_axis=0)
     # FPropMeta reads these before CreateChild would copy them.
     for child in children.values():
       child.Set(dtype=params.dtype, fprop_dtype=params.fprop_dtype)

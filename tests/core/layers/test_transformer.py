@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import transformer
 
 B, T, S, D, N, FFN = 2, 5, 7, 8, 2, 16
@@ -183,6 +184,17 @@ def test_dropout_follows_step_seed_and_eval_mode(cls):
   assert not np.allclose(first, ref)
   with base_layer.EvalMode():
     np.testing.assert_allclose(Run([7, 0]), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('cls', [transformer.TransformerEncoderLayer,
+                                 transformer.TransformerDecoderLayer])
+def test_dropouts_say_their_inputs_are_batch_major(cls):
+  """Attention takes [batch, time, dim], so the dropouts draw per example
+  along axis 0, and a time-major pipeline does not refuse them as unset."""
+  layer = _Build(cls, keep_prob=0.5)
+  assert dropout.UnsetExampleAxes(layer) == []
+  assert {c.params.example_axis for _, c in layer.Children()
+          if isinstance(c, dropout.DropoutLayer)} == {0}
 
 
 def _LayerNormCost(rows):
