@@ -5,6 +5,8 @@ Each configuration runs the benchmark program in a fresh process
 and gradients are the same in both.
 """
 
+import pytest
+
 from tests import bench_run
 
 
@@ -33,6 +35,7 @@ def test_without_remat():
   assert bf16 < 0.75 * f32, (bf16, f32)
 
 
+@pytest.mark.slow  # make test keeps the comparison without remat above
 def test_with_per_cell_remat():
   """transformer-act (8 layers, batch 32 of 256 tokens) with per-cell
   remat: each cell's kept last micro-batch is what shrinks. Measured 212

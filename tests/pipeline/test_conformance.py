@@ -9,8 +9,9 @@ also through FProp with the loss outside. R=2 replicas of M micro-batches
 are the R*M micro-batches of one pipeline. Batch norm runs across the
 schedules in its own matrix below, and so does evaluation.
 
-`make test` runs float32 whole and bfloat16 at per-cell remat with one
-replica; `make test-slow` the rest of bfloat16.
+`make test` runs float32 but for R=2 without remat in one of the two
+emissions (alternating over the schedules), and bfloat16 at per-cell remat
+with one replica; `make test-slow` the rest.
 """
 
 import pytest
@@ -51,11 +52,15 @@ def _Pipeline(name, emission, remat, replicas, layers, shape, **kwargs):
 
 def _Cases(dtype):
   cases = []
-  for name in SCHEDULES:
+  for i, name in enumerate(SCHEDULES):
     for emission in EMISSIONS:
       for remat in REMATS:
         for replicas in (1, 2):
-          slow = dtype == 'bfloat16' and (remat != gpipe.RematPolicy.PER_CELL or replicas > 1)
+          if dtype == 'bfloat16':
+            slow = remat != gpipe.RematPolicy.PER_CELL or replicas > 1
+          else:  # R=2 without remat in one emission, alternating
+            slow = (remat == gpipe.RematPolicy.NONE and replicas > 1
+                    and emission != list(EMISSIONS)[i % 2])
           cases.append(pytest.param(name, emission, remat, replicas,
                                     id=f'{name}-{emission}-{remat.name}-R{replicas}',
                                     marks=pytest.mark.slow if slow else ()))

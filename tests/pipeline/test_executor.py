@@ -44,7 +44,8 @@ def _CalledFunctions(pipe, shape, m):
 def test_loop_graph_does_not_grow_with_m(kind, cells):
   """Every op of the step, not just the cell calls: micro-batches enter and
   leave the loop as one gather per tensor, so M=16 holds as many ops as
-  M=4 (fewer than the unrolled step at M=16)."""
+  M=4 (fewer than the unrolled step at M=16, traced for fill-drain only:
+  it is most of the test's time)."""
   layers, shape = models.FfnLayers(dim=64)
 
   def Ops(m, loop):
@@ -57,7 +58,8 @@ def test_loop_graph_does_not_grow_with_m(kind, cells):
 
   looped = [Ops(m, 2) for m in (4, 16)]
   assert looped[0] == looped[1], looped
-  assert Ops(16, 0) > looped[0]
+  if kind == ScheduleKind.GPIPE:
+    assert Ops(16, 0) > looped[0]
 
 
 def test_fprop_loop_graph_does_not_grow_with_m():

@@ -69,7 +69,10 @@ def reference():
   return values, _Step(task)
 
 
-@pytest.mark.parametrize('name', list(LAYOUTS)[1:])
+# K4-M16 (one example per micro-batch, the slowest) runs in make test-slow.
+@pytest.mark.parametrize('name', [
+    pytest.param(name, marks=pytest.mark.slow if name == 'K4-M16' else ())
+    for name in list(LAYOUTS)[1:]])
 def test_variables_loss_and_gradients_equal_one_cell(name, reference):
   values, (loss, grads) = reference
   task = _Task(LAYOUTS[name])

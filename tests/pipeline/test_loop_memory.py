@@ -25,7 +25,8 @@ def _HeldBytes(schedule: str, loop_min_micro_batches: int, remat: str) -> int:
   return _Bytes(schedule, loop_min_micro_batches, remat=remat)['bfc_held_bytes']
 
 
-@pytest.mark.parametrize('remat', ['per_cell', 'none'])
+# make test runs no remat (the accumulators' zeros); per cell is slow.
+@pytest.mark.parametrize('remat', [pytest.param('per_cell', marks=pytest.mark.slow), 'none'])
 def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one(remat):
   """1F1B: the loop holds nothing for its idle branches (per cell,
   measured 0.54 against 0.62 MB; 25 MB in the loop before its idle
@@ -38,7 +39,9 @@ def test_a_loop_step_holds_no_more_between_steps_than_the_unrolled_one(remat):
   assert loop <= unrolled + 2**20, (loop, unrolled)
 
 
-@pytest.mark.parametrize('schedule', ['one_f_one_b', 'zb_h1'])
+# make test runs ZB-H1 (its ring and W sums besides the B's arrays); 1F1B is slow.
+@pytest.mark.parametrize('schedule', [pytest.param('one_f_one_b', marks=pytest.mark.slow),
+                                      'zb_h1'])
 def test_a_loop_step_peaks_near_the_unrolled_one(schedule):
   """ffn B256 K=2 M=8. A B's deferred factors have an array each,
   gathered straight into its weight's product after the loop; a split

@@ -71,9 +71,10 @@ def _Resume(trained, tmp_path, overrides):
   return got_eval, eval_loss, _Losses(tmp_path), losses
 
 
-# M and the tick loop are checked against one cell step by step in
-# tests/pipeline/test_layout_independence.py; here they run in make test-slow.
-_SLOW_LAYOUTS = ('K2-M4', 'tick-loop')
+# M, replicas and the tick loop are checked against one cell step by step in
+# tests/pipeline/test_layout_independence.py (and a resume under another R in
+# tests/trainer/test_replica_training.py); here they run in make test-slow.
+_SLOW_LAYOUTS = ('K2-M4', 'K2-R2', 'tick-loop')
 
 
 @pytest.mark.parametrize('layout', [
