@@ -24,7 +24,8 @@ def _Grid(slow_except):
           for k in (1, 2, 4) for m in (1, 4)]
 
 
-# make test runs three (K, M) of each stack; make test-slow the rest.
+# make test runs three (K, M) of the ffn stack and two of the Transformer's
+# (K=1 M=4 ran longest; the ffn has it); make test-slow the rest.
 @pytest.mark.parametrize('k,m', _Grid({(1, 1), (2, 4), (4, 4)}))
 def test_ffn_bfloat16_pipeline_equals_unpipelined(k, m):
   pipe, shape = _FfnPipeline(k, m)
@@ -32,7 +33,7 @@ def test_ffn_bfloat16_pipeline_equals_unpipelined(k, m):
   bfloat16_transparency.CheckBf16Transparent(pipe, [x], m)
 
 
-@pytest.mark.parametrize('k,m', _Grid({(1, 4), (2, 1), (4, 4)}))
+@pytest.mark.parametrize('k,m', _Grid({(2, 1), (4, 4)}))
 def test_transformer_bfloat16_pipeline_equals_unpipelined(k, m):
   pipe = models.TransformerStackPipeline(k, m, fprop_dtype=bfloat16_transparency.DTYPE)
   bfloat16_transparency.CheckBf16Transparent(pipe, list(models.TransformerInputs(5)), m)
