@@ -221,6 +221,10 @@ def Make(name: str, spec: ScheduleSpec, num_cells: int, cells_per_device: int,
                        f'make cells_per_device={v} cells on each device ({spec.name}); set '
                        f'num_partitions to a multiple of {v} (K*v cells).')
     num_devices = num_cells // v
+    if v > 1 and num_devices == 1:
+      raise ValueError(f'PipeliningLayer {name!r}: {spec.name} puts {v} cells on each '
+                       f'device, so {num_cells} cells are one device, no pipeline: '
+                       f'num_partitions counts cells; set it to {2 * v} for 2 devices.')
     cell_devices = built_in.Build(spec, num_devices, 2 * num_devices, v).cell_devices
   elif isinstance(spec, str):
     parsed = _Parse(name, spec)

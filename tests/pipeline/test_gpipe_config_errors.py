@@ -10,6 +10,7 @@ from lingvo_pipe.core import weights
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 
 def _Layers(n=4, dim=8):
@@ -41,6 +42,15 @@ def test_loop_min_micro_batches_out_of_range(value):
   with pytest.raises(ValueError, match=rf"'pipe': loop_min_micro_batches={value!r}; give "
                      r'None \(loop from the M measured'):
     _Params(loop_min_micro_batches=value).Instantiate()
+
+
+@pytest.mark.parametrize('schedule,v', [(ScheduleKind.ZB_V, 1), (ScheduleKind.INTERLEAVED, 2)])
+def test_two_cells_at_two_per_device_are_refused_as_one_device(schedule, v):
+  """num_partitions counts cells: 2 of them at 2 per device ran on one."""
+  with pytest.raises(ValueError, match=rf"'pipe': {schedule.name} puts 2 cells on each "
+                     r'device, so 2 cells are one device, no pipeline: num_partitions '
+                     r'counts cells; set it to 4 for 2 devices'):
+    _Params(schedule=schedule, cells_per_device=v).Instantiate()
 
 
 def test_micro_batches_not_dividing_batch_at_trace():
