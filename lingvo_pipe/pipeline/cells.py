@@ -10,6 +10,8 @@ checkpoint key.
 
 from typing import Any, List, Sequence, Tuple
 
+import tensorflow as tf
+
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
@@ -132,12 +134,31 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
                     cell_params: Sequence[hyperparams.Params]) -> None:
   """Checks M, and with p.input_shapes the cell boundaries (FPropMeta
   chained through the cells) and the micro-batch contract, before any
-  cell is built."""
+  cell is built: no summed output may change shape with the batch."""
   micro_batch.NumMicroBatches(p, None)
   if p.input_shapes is None:
     return
-  shapes = layer_meta.Shapes(*p.input_shapes)
-  micro_batch.NumMicroBatches(p, contract.InputLayout(shapes).batch_size, p.num_replicas)
+  inputs = layer_meta.Shapes(*p.input_shapes)
+  batch = contract.InputLayout(inputs).batch_size
+  num_micro = micro_batch.NumMicroBatches(p, batch, p.num_replicas) * p.num_replicas
+  outputs = containers.AsTuple(_OutputShapes(cell_params, inputs))
+  summed = contract.SummedOutputs(outputs)
+  if num_micro == 1 or not any(summed):
+    return
+  micro = containers.AsTuple(_OutputShapes(cell_params, contract.SplitShapes(inputs, num_micro)))
+  for path, whole, one, s in zip(micro_batch.LeafPaths(outputs), tf.nest.flatten(outputs),
+                                 tf.nest.flatten(micro), summed):
+    if s and whole != one:
+      raise ValueError(
+          f'PipeliningLayer {p.name!r}: summed output {path!r} has shape {one} in a '
+          f'micro-batch of {batch // num_micro} and {whole} in the batch of {batch}: it '
+          'carries the batch, so summing it over micro-batches would add different '
+          "examples' values. Leave it out of summed_outputs to concatenate it, or reduce "
+          'it over the batch in the last cell.')
+
+
+def _OutputShapes(cell_params: Sequence[hyperparams.Params], shapes: Any) -> Any:
+  """The last cell's output shapes: FPropMeta chained through the cells."""
   for k, cp in enumerate(cell_params):
     try:
       shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
@@ -145,7 +166,7 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
       given = f'the output of cell {k - 1}' if k else "the pipeline's inputs"
       raise ValueError(f'Cell {k} does not accept {given} '
                        f'(shapes {[str(s) for s in shapes]}): {e}') from e
-  contract.SummedOutputs(containers.AsTuple(shapes))
+  return shapes
 
 
 def CheckExampleAxes(p: hyperparams.Params, layers: Sequence[base_layer.BaseLayer]) -> None:

@@ -259,6 +259,15 @@ def test_summed_output_index_out_of_range_at_build():
     _Pipe(2, summed_outputs=[1], input_shapes=[[B, D]])
 
 
+def test_summed_output_that_carries_the_batch_at_build():
+  """A per-example output declared summed would add different examples'
+  values together, its shape changing with M."""
+  with pytest.raises(ValueError, match=(
+      r"'pipe': summed output '1' has shape \(4, 8\) in a micro-batch of 4 and \(8, 8\) "
+      r"in the batch of 8: it carries the batch.*Leave it out of summed_outputs")):
+    _Pipe(2, keep_second=True, summed_outputs=[1], input_shapes=[[B, D], [B, D]])
+
+
 def test_unknown_summed_output_at_call():
   pipe = _Pipe(2, broadcast_inputs=['0.a_mask', '0.aux'], summed_outputs=['1.loss'])
   with pytest.raises(ValueError, match=(
