@@ -24,11 +24,14 @@ BN_DECAY = 0.9
 KS, MS = (1, 2, 4, 8), (1, 2, 4, 8, 16)
 
 
-def KMGrid(ks: Sequence[int] = KS, ms: Sequence[int] = MS) -> List[Any]:
+def KMGrid(ks: Sequence[int] = KS, ms: Sequence[int] = MS,
+           fast_ms: Sequence[int] = ()) -> List[Any]:
   """pytest params (k, m) of the grid ks x ms: a diagonal with every K and
-  every M runs in `make test`, the rest is marked slow (`make test-slow`)."""
-  n = max(len(ks), len(ms))
-  diagonal = {(ks[i % len(ks)], ms[i % len(ms)]) for i in range(n)}
+  every M (of fast_ms, if given) runs in `make test`, the rest is marked
+  slow (`make test-slow`)."""
+  fast_ms = fast_ms or ms
+  n = max(len(ks), len(fast_ms))
+  diagonal = {(ks[i % len(ks)], fast_ms[i % len(fast_ms)]) for i in range(n)}
   return [pytest.param(k, m, id=f'{k}-{m}',
                        marks=() if (k, m) in diagonal else pytest.mark.slow)
           for k in ks for m in ms]
