@@ -284,7 +284,9 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
       if k > len(layers) or m < 1 or batch % m:
         continue
       for kind, v in schedules:
-        if k * v > len(layers) or (kind == schedule.ScheduleKind.INTERLEAVED and m % k):
+        # v cells a device on one device is no pipeline (plan.Make refuses it).
+        if (k * v > len(layers) or (v > 1 and k == 1)
+            or (kind == schedule.ScheduleKind.INTERLEAVED and m % k)):
           continue
         for remat in remats:
           row = Estimate(layers, input_shapes, k * v, m, remat, optimizer_slots,
