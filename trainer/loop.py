@@ -52,9 +52,10 @@ class Trainer:
     outside = pipelined_model.UpdatesOutsidePipelines(self.task)
     if outside:
       raise ValueError(
-          f'{outside} update statistics in training (batch norm\'s moving averages), '
-          'which only a PipeliningLayer applies: outside one they would never change, '
-          "and evaluation would use their initial values. Make them the pipeline's layers.")
+          f'{outside} keep statistics updated in training (batch norm\'s moving '
+          'averages), which only a PipeliningLayer applies: outside one they never change, '
+          'so training would leave them at their initial values and every mode would use '
+          "those. Make them the pipeline's layers.")
     self.variables = list(self.task.trainable_variables)
     # Pipeline replicas' own copies of their variables (not the model's,
     # not checkpointed), trained with the same gradients.
@@ -86,6 +87,7 @@ class Trainer:
     self.checkpoint_dir = os.path.join(logdir, 'checkpoints')
     self.manager = self._NewManager()
     self._train_loop = tf.function(self._TrainLoop, autograph=False)
+    self._step_built = False  # the first loop's time includes building it
     self._eval_step = tf.function(self._EvalStep, autograph=False)
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
@@ -244,7 +246,6 @@ class Trainer:
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
     self._SynchronizeCopies()
-    first_loop = True  # its time includes building the step's graph
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
@@ -273,8 +274,8 @@ class Trainer:
         self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
                         elapsed / ran, skipped, metrics)
         self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                       elapsed / ran, skipped, metrics, first_loop)
-        first_loop = False
+                       elapsed / ran, skipped, metrics, not self._step_built)
+        self._step_built = True
       if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
           step >= max_steps or bool(self.stop_requested.numpy())):
         self._Save(step)

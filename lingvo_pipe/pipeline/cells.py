@@ -145,7 +145,8 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
   summed = contract.SummedOutputs(outputs)
   if num_micro == 1 or not any(summed):
     return
-  micro = containers.AsTuple(_OutputShapes(cell_params, contract.SplitShapes(inputs, num_micro)))
+  micro = containers.AsTuple(_OutputShapes(cell_params, contract.SplitShapes(inputs, num_micro),
+                                           f' at micro-batch shapes (the batch / {num_micro})'))
   for path, whole, one, s in zip(micro_batch.LeafPaths(outputs), tf.nest.flatten(outputs),
                                  tf.nest.flatten(micro), summed):
     if s and whole != one:
@@ -157,14 +158,15 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
           'it over the batch in the last cell.')
 
 
-def _OutputShapes(cell_params: Sequence[hyperparams.Params], shapes: Any) -> Any:
+def _OutputShapes(cell_params: Sequence[hyperparams.Params], shapes: Any,
+                  where: str = '') -> Any:
   """The last cell's output shapes: FPropMeta chained through the cells."""
   for k, cp in enumerate(cell_params):
     try:
       shapes = cp.cls.FPropMeta(cp, *shapes).out_shapes
     except (ValueError, TypeError) as e:
       given = f'the output of cell {k - 1}' if k else "the pipeline's inputs"
-      raise ValueError(f'Cell {k} does not accept {given} '
+      raise ValueError(f'Cell {k} does not accept {given}{where} '
                        f'(shapes {[str(s) for s in shapes]}): {e}') from e
   return shapes
 
@@ -179,6 +181,7 @@ def CheckExampleAxes(p: hyperparams.Params, layers: Sequence[base_layer.BaseLaye
   if unset:
     raise ValueError(
         f'PipeliningLayer {p.name!r} splits its batch along batch_dim={p.batch_dim}, but '
-        f'DropoutLayers {unset} leave example_axis unset (0, the time axis of time-major '
-        'inputs), so their masks would change with M: set their example_axis to 1 where '
-        'their inputs are time-major, 0 where a cell made them batch-major.')
+        f'DropoutLayers {unset} leave example_axis unset (read as 0: along time where '
+        'their inputs are time-major, so their masks would change with M): set their '
+        'example_axis to 1 where their inputs are time-major, 0 where a cell made them '
+        'batch-major.')

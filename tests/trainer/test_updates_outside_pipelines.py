@@ -42,7 +42,7 @@ def test_only_batch_norms_outside_pipelines_are_listed():
 def test_the_trainer_refuses_a_task_with_batch_norm_outside_its_pipeline(tmp_path):
   params = experiment_params.ExperimentParams(model_registry.GetExperiment('lm.StdlibBytesTiny'))
   params.task = _NormThenPipeline.Params().Set(name='task')
-  with pytest.raises(ValueError, match=r"\['task/norm'\] update statistics in training .* "
+  with pytest.raises(ValueError, match=r"\['task/norm'\] keep statistics updated in training .* "
                      r"Make them the pipeline's layers"):
     loop.Trainer(params, str(tmp_path), log=lambda _: None)
   assert not list(tmp_path.iterdir())
