@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lingvo_pipe_trainer --mode=train_and_eval --logdir=logs/demo
 
 # test leaves out the tests marked slow (pytest.ini): the rest of the (K, M)
-# grids whose diagonals it runs; test-slow runs only those, test-all both.
+# grids and matrices that it samples; test-slow runs only those, test-all both.
 test: $(STAMP)
 	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
