@@ -9,7 +9,7 @@ from typing import Any, List
 import numpy as np
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import step_seeds
 
 from tests import transparency
 from tests.pipeline import pipeline_models as models
@@ -57,7 +57,7 @@ def TrainStepWithFloat32Loss(pipe, step: int, num_micro: int):
   def Step(x):
     with tf.GradientTape() as tape:
       tape.watch(x)
-      theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
+      theta = step_seeds.WithStepSeed(pipe.theta, [step, 0])
       micro_loss = lambda out: tf.reduce_sum(tf.square(tf.cast(out, tf.float32))) / float(
           x.shape.num_elements())
       loss, outputs = pipe.FPropWithLoss(theta, micro_loss, x)

@@ -19,6 +19,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import normalization
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import pipelined_model
 
@@ -116,7 +117,7 @@ class Reference:
       h = tuple(micro)
       for layer in self.layers:
         self._RecordBatchNormInput(layer, h)
-        theta = base_layer.WithStepSeed(layer.theta, [step, m * micro_size])
+        theta = step_seeds.WithStepSeed(layer.theta, [step, m * micro_size])
         h = containers.AsTuple(layer.FProp(theta, *h))
       outs.append(h)
     return containers.UnwrapSingle(_Merge(outs, self.batch_dim, self.summed))

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.tasks import decoding
@@ -101,7 +101,7 @@ class Decoder:
       if should_stop():
         self.stopped = True
         break
-      with base_layer.EvalMode():  # traced once, for inference
+      with eval_mode.EvalMode():  # traced once, for inference
         decoded = self._decode(batch)
       examples += self.task.PostProcessDecode(_Numpy(batch), _Numpy(decoded))
       now = time.perf_counter()

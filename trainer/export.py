@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.tasks import decoding
 from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-direct-tensorflow-import
 
@@ -121,7 +121,7 @@ def Export(trainer_obj, keep_devices: bool = False) -> str:
   max_batch = MaxBatch(specs)
 
   def Serve(*args: tf.Tensor):
-    with base_layer.EvalMode():  # inference: no dropout, no custom gradients
+    with eval_mode.EvalMode():  # inference: no dropout, no custom gradients
       return task.ServingFunction(getattr(task, 'theta'), **dict(zip(names, args)))
 
   body = Serve if max_batch is None else PaddedToBatch(Serve, names, max_batch)

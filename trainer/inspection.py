@@ -13,6 +13,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import cluster
@@ -68,8 +69,8 @@ def _Pipelines(params: Any, path: str = '',
       yield path or '.', params, owner
     elif cls is not None and hasattr(cls, 'PipelineParams'):  # a stack that fills in its pipeline
       pipeline = cls.PipelineParams(params)
-      base_layer.InheritBaseParams(pipeline, params)  # e.g. the compute dtype
-      yield f'{path}.pipeline', base_layer.WithInheritedBaseParams(pipeline), cls
+      base_params.InheritBaseParams(pipeline, params)  # e.g. the compute dtype
+      yield f'{path}.pipeline', base_params.WithInheritedBaseParams(pipeline), cls
       return
     for key, value in params.IterParams():
       yield from _Pipelines(value, f'{path}.{key}' if path else key,
@@ -207,7 +208,7 @@ def ModelPlan(task_params: hyperparams.Params,
   cluster (device_mapping.DefaultDevices). With the built `task`, its
   pipelines are read from it instead (see NeedsBuild)."""
   lines: List[str] = []
-  task_params = base_layer.WithInheritedBaseParams(task_params)
+  task_params = base_params.WithInheritedBaseParams(task_params)
   pipelines = BuiltPipelines(task) if task is not None else list(_Pipelines(task_params))
   for path, p, owner in pipelines:
     cells = cells_lib.CellParams(p)

@@ -13,11 +13,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from lingvo_pipe import base_experiment
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import precision
-from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
+from lingvo_pipe.core import step_seeds
+from lingvo_pipe.core import variable_paths
 from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.pipeline import replica_variables
 from trainer import checkpoint_keys
@@ -160,7 +161,7 @@ class Trainer:
   def _TrainStep(self, batch: NestedMap):
     """One step; returns (loss, gradient norm, finite, the task's metrics)."""
     step_seed = tf.stack([self.global_step.read_value(), tf.constant(0, tf.int64)])
-    theta = base_layer.WithStepSeed(self.task.theta, step_seed)
+    theta = step_seeds.WithStepSeed(self.task.theta, step_seed)
     scale = self.loss_scale
     with tf.GradientTape() as tape:
       if scale is None:
@@ -363,7 +364,7 @@ class Trainer:
     dataset = self.params.Get(split).Instantiate().Dataset().take(self.tp.eval_steps)
     totals: Dict[str, float] = {}
     weight_sum = 0.0
-    with base_layer.EvalMode():
+    with eval_mode.EvalMode():
       for batch in dataset:
         metrics = {k: float(v) for k, v in self._eval_step(batch).items()}
         weight = metrics.get('num_tokens', 1.0)

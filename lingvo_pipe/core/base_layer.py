@@ -3,66 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import weights
-
-# Keys of theta that are not variables.
-STEP_SEED_KEY = 'step_seed'
-
-_EVAL_MODE = contextvars.ContextVar('lingvo_pipe_eval_mode', default=False)
-
-# Base params a child inherits from its parent while the child's are unset.
-_INHERITED = ('dtype', 'fprop_dtype', 'params_init', 'random_seed',
-              'skip_lp_regularization')
-
-
-@contextlib.contextmanager
-def EvalMode(is_eval: bool = True) -> Iterator[None]:
-  """While active, layers trace their inference behaviour (no dropout, batch
-  norm from moving averages). It is read when a graph is traced: a
-  tf.function traced in training keeps its training behaviour when called
-  inside EvalMode, so trace a separate function for eval."""
-  token = _EVAL_MODE.set(is_eval)
-  try:
-    yield
-  finally:
-    _EVAL_MODE.reset(token)
-
-
-def IsEvalMode() -> bool:
-  return _EVAL_MODE.get()
-
-
-def WithStepSeed(theta: NestedMap, step_seed: Any) -> NestedMap:
-  """Returns theta with every random layer's step seed set to `step_seed`.
-
-  `step_seed` is an int64 vector of two elements: [global_step, index in
-  the global batch of the first example the inputs hold]. A dropout mask
-  is a pure function of the global step, the layer path and each
-  example's index (DropoutLayer), so a pipeline gives micro-batch m the
-  index of its first example and splitting the batch changes no mask.
-  """
-  step_seed = tf.cast(tf.convert_to_tensor(step_seed), tf.int64)
-  return _ReplaceStepSeed(theta, step_seed)
-
-
-def _ReplaceStepSeed(value: Any, step_seed: tf.Tensor) -> Any:
-  if isinstance(value, dict):
-    out = NestedMap()
-    for key, sub in value.items():
-      out[key] = step_seed if key == STEP_SEED_KEY else _ReplaceStepSeed(sub, step_seed)
-    return out
-  if isinstance(value, (list, tuple)):
-    return type(value)(_ReplaceStepSeed(v, step_seed) for v in value)
-  return value
-
 
 class BaseLayer(tf.Module):
   """Base class of all layers.
@@ -88,15 +38,7 @@ class BaseLayer(tf.Module):
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', '', 'Name of the layer: an identifier, used in variable '
              'names and checkpoint keys. Required.')
-    p.Define('dtype', tf.float32, 'Dtype of the variables.')
-    p.Define('fprop_dtype', None, 'Dtype of activations; None: dtype.')
-    p.Define('params_init', weights.WeightInit.Xavier(1.0),
-             'Default initializer of weights (WeightInit params).')
-    p.Define('random_seed', None, 'Seed mixed into initialization and dropout '
-             'seeds (with the layer path); None: 0.')
-    p.Define('skip_lp_regularization', None,
-             'If True, the variables of this layer skip L1/L2 regularization.')
-    return p
+    return base_params.Define(p)
 
   def __init__(self, params: hyperparams.Params) -> None:
     if not isinstance(params, hyperparams.Params):
@@ -203,7 +145,7 @@ class BaseLayer(tf.Module):
       return p.Instantiate()
 
   def _CopyBaseParams(self, child: hyperparams.Params) -> None:
-    InheritBaseParams(child, self.params)
+    base_params.InheritBaseParams(child, self.params)
 
   def CreateVariable(self, name: str, var_params: hyperparams.Params,
                      trainable: bool = True) -> tf.Variable:
@@ -283,7 +225,7 @@ class BaseLayer(tf.Module):
       else:
         tree[n] = [child_fn(c) for c in child]
     if with_seed and self.USES_STEP_SEED:
-      tree[STEP_SEED_KEY] = tf.zeros([2], tf.int64)
+      tree[step_seeds.KEY] = tf.zeros([2], tf.int64)
     return tree
 
   def MapTheta(self, theta: NestedMap,
@@ -320,6 +262,15 @@ class BaseLayer(tf.Module):
       else:
         out.extend((f'{n}.{i}', c) for i, c in enumerate(child))
     return out
+
+  def Walk(self, enter: Callable[['BaseLayer'], bool] = lambda _: True
+           ) -> Iterator['BaseLayer']:
+    """This layer, then its sublayers depth-first in creation order; the
+    sublayers of a layer for which enter(layer) is False are not visited."""
+    yield self
+    if enter(self):
+      for _, child in self.Children():
+        yield from child.Walk(enter)
 
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
     """Forward pass: a pure function of theta and the inputs."""
@@ -363,47 +314,9 @@ class BaseLayer(tf.Module):
         'split the layers by hand with splits (or cell_tpl) and leave input_shapes unset.')
 
 
-def InheritBaseParams(child: hyperparams.Params,
-                      parent: hyperparams.Params) -> None:
-  """Sets, in place, the base params of `child` (dtype, fprop_dtype,
-  params_init, random_seed, skip_lp_regularization) that are at their
-  defaults to those of `parent`, as CreateChild does."""
-  defaults = BaseLayer.Params()
-  for key in _INHERITED:
-    if key in child and key in parent and child.Get(key) == defaults.Get(key):
-      child.Set(**{key: parent.Get(key)})
-
-
-def WithInheritedBaseParams(params: hyperparams.Params) -> hyperparams.Params:
-  """A copy of layer params in which every nested layer's params (also in
-  lists) have inherited the base params of the layer params around them,
-  as they would when built: what FPropMeta and the planner must read, e.g.
-  the compute dtype set once on a task."""
-  out = params.Copy()
-  _InheritDown(out)
-  return out
-
-
-def _IsLayerParams(value: Any) -> bool:
-  return isinstance(value, hyperparams.Params) and 'cls' in value and (
-      isinstance(value.cls, type) and issubclass(value.cls, BaseLayer))
-
-
-def _InheritDown(parent: hyperparams.Params) -> None:
-  for _, value in parent.IterParams():
-    children = value if isinstance(value, (list, tuple)) else [value]
-    for child in children:
-      if _IsLayerParams(child):
-        if _IsLayerParams(parent):
-          InheritBaseParams(child, parent)
-        _InheritDown(child)
-      elif isinstance(child, hyperparams.Params):
-        _InheritDown(child)
-
-
 def _CheckThetaKey(key: Any, where: str) -> None:
   """Raises ValueError unless `key` can name an entry of theta."""
-  if key == STEP_SEED_KEY:
+  if key == step_seeds.KEY:
     raise ValueError(f'Name {key!r} in {where!r} is reserved for the step seed '
                      'of random layers; choose another name.')
   try:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_gradients
@@ -186,7 +187,7 @@ class CellRunner:
 
   def _ForwardFunction(self) -> Any:
     """The traced forward, named '<cell name>_forward'."""
-    return self._Traced((None, base_layer.IsEvalMode(), 1, None),
+    return self._Traced((None, eval_mode.IsEvalMode(), 1, None),
                         self._Forward, 'forward')
 
   def _BackwardFunction(self, sink: GradSink, num_micro: int,
@@ -194,7 +195,7 @@ class CellRunner:
     """The traced backward into `sink`, named
     '<cell name>_backward_<GradSink value>'."""
     return self._Traced(
-        (sink, base_layer.IsEvalMode(), num_micro, decision),
+        (sink, eval_mode.IsEvalMode(), num_micro, decision),
         functools.partial(self._Backward, sink=sink, decision=decision,
                           num_micro=num_micro), f'backward_{sink.value}')
 
@@ -214,7 +215,7 @@ class CellRunner:
     '<cell name>_gradient': (theta, inputs, output grads) -> the gradients
     of the floating theta then inputs (None where unconnected)."""
     return self._Traced(
-        (None, base_layer.IsEvalMode(), 1, decision),
+        (None, eval_mode.IsEvalMode(), 1, decision),
         functools.partial(self._Gradients, decision=decision), 'gradient')
 
   def _Gradients(self, theta: NestedMap, inputs: tuple, output_grads: tuple,

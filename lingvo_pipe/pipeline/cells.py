@@ -13,6 +13,7 @@ from typing import Any, List, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
@@ -94,8 +95,8 @@ def _Inherited(layer: hyperparams.Params, *parents: hyperparams.Params
   first) and passes on to its own sublayers."""
   out = layer.Copy()
   for parent in parents:
-    base_layer.InheritBaseParams(out, parent)
-  return base_layer.WithInheritedBaseParams(out)
+    base_params.InheritBaseParams(out, parent)
+  return base_params.WithInheritedBaseParams(out)
 
 
 def _CellLayers(k: int, cell: Any, p: hyperparams.Params) -> List[hyperparams.Params]:
@@ -105,7 +106,7 @@ def _CellLayers(k: int, cell: Any, p: hyperparams.Params) -> List[hyperparams.Pa
   if cell.cls is not containers.SequentialLayer:
     return [_Inherited(cell, p)]
   outer = cell.Copy()
-  base_layer.InheritBaseParams(outer, p)
+  base_params.InheritBaseParams(outer, p)
   return [_Inherited(lp, outer) for lp in cell.sub]
 
 

@@ -38,10 +38,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
-from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import all_reduce
 from lingvo_pipe.pipeline import cell_gradients
 from lingvo_pipe.pipeline import cell_runner
@@ -88,7 +88,7 @@ class _Forward:
 def MicroTheta(theta: NestedMap, first_example: Any) -> NestedMap:
   """Cell theta for the micro-batch whose first example has index
   `first_example` in the global batch: step seeds [s0, first_example]
-  (base_layer.WithStepSeed).
+  (step_seeds.WithStepSeed).
 
   The seed passes through PlaceholderWithDefault, which Grappler never
   folds: from a constant step seed (none set, or Python numbers) each
@@ -100,16 +100,16 @@ def MicroTheta(theta: NestedMap, first_example: Any) -> NestedMap:
   seed = MicroSeed(theta, first_example)
   if seed is None:
     return theta
-  return base_layer.WithStepSeed(
+  return step_seeds.WithStepSeed(
       theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
 
 
 def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
   """The step seed [s0, first_example] of a micro-batch whose first example
-  has index `first_example` in the global batch (base_layer.WithStepSeed);
+  has index `first_example` in the global batch (step_seeds.WithStepSeed);
   None if no layer of theta uses a step seed."""
   seeds = [v for k, v in theta.FlattenItems()
-           if k.split('.')[-1] == base_layer.STEP_SEED_KEY]
+           if k.split('.')[-1] == step_seeds.KEY]
   if not seeds:
     return None
   return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])

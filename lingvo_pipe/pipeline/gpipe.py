@@ -14,11 +14,12 @@ from typing import Any, List, Optional, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import precision
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
 from lingvo_pipe.pipeline import cell_compilation
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import cells
@@ -154,11 +155,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.devices = self.replica_devices[0]
     # The layers are the pipeline's own, named and initialized by their
     # place in the unpartitioned network; each on its cell's device.
-    layer_devices = [''] * len(layer_params)
-    for k, run in enumerate(self._cell_layer_indices):
-      for i in run:
-        layer_devices[i] = self.devices[k].name
-    self.CreateChildren('layers', layer_params, devices=layer_devices)
+    device_of = {i: self.devices[k].name for k, run in enumerate(layer_runs) for i in run}
+    self.CreateChildren('layers', layer_params,
+                        devices=[device_of[i] for i in range(len(layer_params))])
     cells.CheckExampleAxes(p, self.layers)
     self.__dict__['replica_variables'] = replica_variables.ReplicaVariables(
         self.layers, self._cell_layer_indices, self.replica_devices)
@@ -189,7 +188,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def FProp(self, theta: NestedMap, *inputs: Any) -> Any:
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
-    if base_layer.IsEvalMode():
+    if eval_mode.IsEvalMode():
       run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False)
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
@@ -223,7 +222,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     """
     num_micro = self._NumMicro(inputs)
     thetas = self._ReadThetas(theta)
-    if base_layer.IsEvalMode():
+    if eval_mode.IsEvalMode():
       run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False, loss_fn=loss_fn)
       last_outputs = run.Forwards()
@@ -235,7 +234,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _NumMicro(self, inputs: tuple) -> int:
     """M of a step (checked against the schedule); evaluation's of replica 0 alone."""
-    replicas = 1 if base_layer.IsEvalMode() else self.params.num_replicas
+    replicas = 1 if eval_mode.IsEvalMode() else self.params.num_replicas
     num_micro = micro_batch.NumMicroBatches(
         self.params, self._contract.InputLayout(inputs).batch_size, replicas)
     self.plan.Check(num_micro)
@@ -249,7 +248,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     for k, t in enumerate(self.CellThetas(theta)):
       with tf.device(self.devices[k].name):
         thetas.append(tf.nest.map_structure(tf.convert_to_tensor, t))
-    return [thetas] + ([] if base_layer.IsEvalMode() else
+    return [thetas] + ([] if eval_mode.IsEvalMode() else
                        self.replica_variables.Thetas(self.cells, thetas))
 
   def _ComputeThetas(self, thetas: List[List[NestedMap]]) -> List[List[NestedMap]]:

@@ -41,9 +41,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
@@ -186,7 +186,7 @@ class LoopExecutor:
 
   def _MicroTheta(self, theta: NestedMap, r: int, m: tf.Tensor) -> NestedMap:
     seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
-    return theta if seed is None else base_layer.WithStepSeed(theta, seed)
+    return theta if seed is None else step_seeds.WithStepSeed(theta, seed)
 
   # --- the loops ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any, List, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.nested_map import NestedMap
@@ -91,7 +92,7 @@ class PipelinedModel(base_layer.BaseLayer):
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     """The pipeline's costs, with FProp's output shapes."""
     pp = cls.PipelineParams(params)
-    base_layer.InheritBaseParams(pp, params)
+    base_params.InheritBaseParams(pp, params)
     meta = pp.cls.FPropMeta(pp, *input_shapes)
     return dataclasses.replace(meta, out_shapes=(cls.OutputShapes(*meta.out_shapes),))
 
@@ -100,7 +101,5 @@ def UpdatesOutsidePipelines(layer: base_layer.BaseLayer) -> List[str]:
   """The paths of the layers in `layer` (itself included) with statistics
   to update in training (batch norm's moving averages) that no
   PipeliningLayer holds: only a pipeline applies them."""
-  if isinstance(layer, gpipe.PipeliningLayer):
-    return []
-  own = [layer.path] if layer.HAS_OWN_UPDATES else []
-  return own + [path for _, child in layer.Children() for path in UpdatesOutsidePipelines(child)]
+  outside = layer.Walk(enter=lambda l: not isinstance(l, gpipe.PipeliningLayer))
+  return [l.path for l in outside if l.HAS_OWN_UPDATES]

@@ -71,13 +71,9 @@ class ReplicaVariables:
 def CopiesIn(model: base_layer.BaseLayer) -> List[Tuple[tf.Variable, List[tf.Variable]]]:
   """(original, its replica copies) of every trainable variable that a
   pipeline with replicas in `model` (or `model` itself) copies."""
-  pairs = []
-  copies = model.__dict__.get('replica_variables')
-  if isinstance(copies, ReplicaVariables):
-    pairs.extend(copies.pairs)
-  for _, child in model.Children():
-    pairs.extend(CopiesIn(child))
-  return pairs
+  held = [layer.__dict__.get('replica_variables') for layer in model.Walk()]
+  return [pair for copies in held if isinstance(copies, ReplicaVariables)
+          for pair in copies.pairs]
 
 
 def TrainedVariables(model: base_layer.BaseLayer) -> List[tf.Variable]:

@@ -5,8 +5,10 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import weights
 
 from tests.core.affine_layer import Affine as _Affine
@@ -280,15 +282,15 @@ def test_step_seed_in_theta_and_with_step_seed():
   for sub in theta.noise:
     assert sub.step_seed.dtype == tf.int64
     assert sub.step_seed.numpy().tolist() == [0, 0]
-  seeded = base_layer.WithStepSeed(theta, [5, 2])
+  seeded = step_seeds.WithStepSeed(theta, [5, 2])
   assert [s.step_seed.numpy().tolist() for s in seeded.noise] == [[5, 2], [5, 2]]
   assert seeded.aff.w is layer.aff.w  # Variables are passed through.
   assert theta.noise[0].step_seed.numpy().tolist() == [0, 0]  # Not mutated.
   x = _Inputs()
   a = layer.FProp(seeded, x)
   np.testing.assert_array_equal(
-      a.numpy(), layer.FProp(base_layer.WithStepSeed(theta, [5, 2]), x).numpy())
-  b = layer.FProp(base_layer.WithStepSeed(theta, [6, 2]), x)
+      a.numpy(), layer.FProp(step_seeds.WithStepSeed(theta, [5, 2]), x).numpy())
+  b = layer.FProp(step_seeds.WithStepSeed(theta, [6, 2]), x)
   assert not np.array_equal(a.numpy(), b.numpy())
 
 
@@ -297,27 +299,27 @@ def test_with_step_seed_accepts_tensors_in_tf_function():
 
   @tf.function
   def Run(step):
-    theta = base_layer.WithStepSeed(layer.theta, tf.stack([step, 1]))
+    theta = step_seeds.WithStepSeed(layer.theta, tf.stack([step, 1]))
     return theta.noise[1].step_seed
 
   assert Run(tf.constant(3, tf.int32)).numpy().tolist() == [3, 1]
 
 
 def test_eval_mode_nesting():
-  assert not base_layer.IsEvalMode()
-  with base_layer.EvalMode():
-    assert base_layer.IsEvalMode()
-    with base_layer.EvalMode(False):
-      assert not base_layer.IsEvalMode()
-      with base_layer.EvalMode():
-        assert base_layer.IsEvalMode()
-      assert not base_layer.IsEvalMode()
-    assert base_layer.IsEvalMode()
-  assert not base_layer.IsEvalMode()
+  assert not eval_mode.IsEvalMode()
+  with eval_mode.EvalMode():
+    assert eval_mode.IsEvalMode()
+    with eval_mode.EvalMode(False):
+      assert not eval_mode.IsEvalMode()
+      with eval_mode.EvalMode():
+        assert eval_mode.IsEvalMode()
+      assert not eval_mode.IsEvalMode()
+    assert eval_mode.IsEvalMode()
+  assert not eval_mode.IsEvalMode()
   with pytest.raises(KeyError):
-    with base_layer.EvalMode():
+    with eval_mode.EvalMode():
       raise KeyError('inside')
-  assert not base_layer.IsEvalMode()
+  assert not eval_mode.IsEvalMode()
 
 
 class _Counter(base_layer.BaseLayer):
@@ -389,3 +391,12 @@ def test_fprop_and_fprop_meta_must_be_defined():
   with pytest.raises(NotImplementedError, match=r'Affine does not define '
                      r'FPropMeta'):
     _Affine.FPropMeta(_Affine.Params(), [2, 2])
+
+
+def test_walk_visits_the_layer_then_its_sublayers_in_creation_order():
+  layer = _Build()
+  assert [l.path for l in layer.Walk()] == [
+      'top', 'top/first', 'top/stack_0', 'top/stack_1', 'top/heads_left',
+      'top/heads_right']
+  skipped = layer.Walk(enter=lambda l: l is not layer)
+  assert [l.path for l in skipped] == ['top']

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
 from lingvo_pipe.core.layers.activations import Activation
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import conv
@@ -14,6 +13,7 @@ from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
@@ -118,7 +118,7 @@ def TrainStep(pipe: gpipe.PipeliningLayer, step: int,
   def Step(*inputs):
     with tf.GradientTape() as tape:
       tape.watch(FloatInputs(inputs))
-      theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
+      theta = step_seeds.WithStepSeed(pipe.theta, [step, 0])
       outputs = pipe.FProp(theta, *inputs)
       loss = loss_fn(outputs)
     return outputs, loss, tape.gradient(loss, variables + FloatInputs(inputs))
@@ -171,7 +171,7 @@ def TrainStepWithLoss(pipe: gpipe.PipeliningLayer, step: int, num_micro: int,
   def Step(*inputs):
     with tf.GradientTape() as tape:
       tape.watch(FloatInputs(inputs))
-      theta = base_layer.WithStepSeed(pipe.theta, [step, 0])
+      theta = step_seeds.WithStepSeed(pipe.theta, [step, 0])
       loss, outputs = pipe.FPropWithLoss(theta, MicroLoss(inputs, num_micro), *inputs)
     return outputs, loss, tape.gradient(loss, variables + FloatInputs(inputs))
 

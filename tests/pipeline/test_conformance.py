@@ -17,7 +17,7 @@ with one replica; `make test-slow` the rest.
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
@@ -123,7 +123,7 @@ def test_evaluation(name, emission, replicas):
   layers, shape = models.ConvNetLayers(keep_prob=0.8)
   pipe, x, _ = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas, layers, shape)
   num_micro = SCHEDULES[name][2]
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     expected = transparency.Reference(pipe).Forward((x,), num_micro, step=0)
     fprop = tf.function(lambda x: pipe.FProp(pipe.theta, x), autograph=False)
     with_loss = tf.function(lambda x: pipe.FPropWithLoss(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import scope_names
 from lingvo_pipe.pipeline import replica_variables
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
@@ -43,7 +43,7 @@ def _Train(pipe, shape, num_micro, steps, optimizer):
   def Step(step):
     x = tf.random.stateless_normal(shape, tf.stack([step, 9]))
     with tf.GradientTape() as tape:
-      theta = base_layer.WithStepSeed(pipe.theta, tf.stack([tf.cast(step, tf.int64), 0]))
+      theta = step_seeds.WithStepSeed(pipe.theta, tf.stack([tf.cast(step, tf.int64), 0]))
       loss, _ = pipe.FPropWithLoss(theta, models.MicroLoss((x,), num_micro), x)
     grads = tape.gradient(loss, trained)
     with tf.control_dependencies([optimizer.apply_gradients(zip(grads, trained))]):

@@ -7,6 +7,8 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
@@ -287,7 +289,7 @@ def test_eval_mode_loss_is_the_sum_of_micro_batch_losses():
   layers, shape = models.FfnLayers(keep_prob=0.5)
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, num_replicas=2)
   x = tf.random.stateless_normal(shape, [3, 4])
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     loss, y = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
     transparency.AssertClose(y, pipe.FProp(pipe.theta, x))
   transparency.AssertClose(loss, models.Loss(y))
@@ -356,7 +358,7 @@ def test_language_model_task_trains_the_same_under_every_schedule():
     @tf.function(autograph=False)
     def Step(task=task):
       with tf.GradientTape() as tape:
-        metrics = task.FProp(base_layer.WithStepSeed(task.theta, [1, 0]), batch)
+        metrics = task.FProp(step_seeds.WithStepSeed(task.theta, [1, 0]), batch)
       return metrics, tape.gradient(metrics.loss, task.trainable_variables)
 
     metrics, grads = Step()

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.pipeline import gpipe
 
 from tests import transparency
@@ -125,7 +126,7 @@ def test_eval_mode_is_forward_only_and_deterministic():
   x = tf.random.stateless_normal(shape, [3, 4])
   models.TrainStep(pipe, step=1)(x)  # traces the cells in training mode first
   ref = transparency.Reference(pipe)  # with the updated moving averages
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     expected = ref.Forward((x,), num_micro=1, step=1)
     eval_fn = tf.function(pipe.FProp, autograph=False)
     _AssertClose(eval_fn(pipe.theta, x), expected)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
-from lingvo_pipe.core import variable_paths
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import step_seeds
+from lingvo_pipe.core import variable_paths
 from lingvo_pipe.pipeline.schedule import ScheduleKind
 from lingvo_pipe.tasks.lm import model as lm_model
 
@@ -55,7 +55,7 @@ def _Step(task):
   @tf.function(autograph=False)
   def Step():
     with tf.GradientTape() as tape:
-      loss = task.FProp(base_layer.WithStepSeed(task.theta, [5, 0]), batch).loss
+      loss = task.FProp(step_seeds.WithStepSeed(task.theta, [5, 0]), batch).loss
     return loss, tape.gradient(loss, [by_path[n] for n in names])
 
   loss, grads = Step()
@@ -105,6 +105,6 @@ def test_dropout_is_on():
   task = _Task(LAYOUTS['K2-M2'])
   ids, paddings, labels = models.TransformerInputs(seed=7)
   batch = NestedMap(ids=ids, paddings=paddings, labels=labels)
-  losses = [task.FProp(base_layer.WithStepSeed(task.theta, [s, 0]), batch).loss.numpy()
+  losses = [task.FProp(step_seeds.WithStepSeed(task.theta, [s, 0]), batch).loss.numpy()
             for s in (5, 6)]
   assert losses[0] != losses[1]

@@ -8,9 +8,10 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import weights
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import weights
 from lingvo_pipe.pipeline import gpipe
 
 from tests import transparency
@@ -139,7 +140,7 @@ def test_nested_input_whose_broadcast_keys_sort_before_the_batch_key(num_micro, 
   transparency.AssertClose(aux, tf.add_n([o[1] for o in outs]))
   transparency.AssertClose(loss, ref_loss)
   transparency.AssertClose(grads, ref_grads)
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     eval_y, eval_aux = pipe(*inputs)
   transparency.AssertClose(eval_y, y)
   transparency.AssertClose(eval_aux, aux)
@@ -239,15 +240,15 @@ def test_malformed_entry_at_build(entry):
     _Pipe(2, broadcast_inputs=[entry])
 
 
-@pytest.mark.parametrize('eval_mode', [False, True])
-def test_undeclared_output_that_is_not_batch_sized(eval_mode):
+@pytest.mark.parametrize('is_eval', [False, True])
+def test_undeclared_output_that_is_not_batch_sized(is_eval):
   pipe = _Pipe(4, broadcast_inputs=['0.a_mask', '0.aux'])
   inputs = NestedMap(x=_Normal([B, D], 1), a_mask=tf.ones([D]), aux=tf.constant(0.))
   match = (r"Output '1' of the last cell \(shape \(\) per micro-batch\) lacks the micro-batch "
            r"size 2 at batch_dim=0.*declare it: summed_outputs=\['1'\]")
   with pytest.raises(ValueError, match=match):
-    if eval_mode:
-      with base_layer.EvalMode():
+    if is_eval:
+      with eval_mode.EvalMode():
         pipe(inputs)
     else:
       pipe(inputs)

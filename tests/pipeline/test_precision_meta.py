@@ -4,7 +4,7 @@ compute dtype, parameter bytes at the variables' dtype."""
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import base_params
 from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
@@ -20,7 +20,7 @@ def _FfnLayers(fprop_dtype):
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=4, num_micro_batches=4,
       input_shapes=[shape], fprop_dtype=fprop_dtype)
-  return base_layer.WithInheritedBaseParams(pipe).layers, shape
+  return base_params.WithInheritedBaseParams(pipe).layers, shape
 
 
 def test_planner_counts_activations_at_compute_dtype():
@@ -46,7 +46,7 @@ def test_layers_inherit_the_compute_dtype_set_on_a_pipeline():
 def _CellActBytes(key):
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(key))
   (_, pipe, _), = list(inspection._Pipelines(
-      base_layer.WithInheritedBaseParams(params.task)))
+      base_params.WithInheritedBaseParams(params.task)))
   shapes = tuple(tf.TensorShape(s) for s in pipe.input_shapes)
   act = []
   for cell in cells_lib.CellParams(pipe):

@@ -166,7 +166,7 @@ def test_lm_export_scores_as_the_model_does(loop_min_micro_batches, tmp_path):
   its pipeline unrolled, or one loop per device (the SavedModel then
   holds the loops and their queues)."""
   from trainer import export  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core import eval_mode  # pylint: disable=g-import-not-at-top
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(TINY_LM))
   params.task.stack.pipeline.loop_min_micro_batches = loop_min_micro_batches
   trainer_obj = loop.Trainer(params, str(tmp_path), log=lambda _: None)
@@ -177,7 +177,7 @@ def test_lm_export_scores_as_the_model_does(loop_min_micro_batches, tmp_path):
   out = serve(ids=tf.constant(ids))
   task = trainer_obj.task
   padded = np.concatenate([ids, np.zeros([1, 16], np.int32)])  # batch_size 4
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     logits = task.stack.FProp(task.theta.stack, padded, tf.zeros([4, 16]), padded).logits[:3]
   np.testing.assert_allclose(out['log_probs'].numpy(), tf.nn.log_softmax(logits).numpy(),
                              rtol=1e-5, atol=1e-5)

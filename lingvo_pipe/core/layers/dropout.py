@@ -7,21 +7,23 @@ from typing import Any, List, Optional, Set
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import precision
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
+from lingvo_pipe.core import step_seeds
 
 
 class DropoutLayer(base_layer.BaseLayer):
   """Inverted dropout: keeps each value with probability keep_prob and
   scales the kept ones by 1 / keep_prob, so the expected output is the input.
-  Identity in eval mode (base_layer.EvalMode) and for keep_prob = 1.
+  Identity in eval mode (eval_mode.EvalMode) and for keep_prob = 1.
 
   The mask is a pure function of the global step, the layer's path,
   p.random_seed and each example's index in the global batch, drawn with
   stateless random ops: theta.step_seed is [global step, index of the
-  inputs' first example] (base_layer.WithStepSeed). Each example's values
+  inputs' first example] (step_seeds.WithStepSeed). Each example's values
   come from its own run of Philox counters, so the mask of examples i..j
   is the same whether they arrive in one batch or split into micro-batches
   or replicas: M, R, K and the schedule change no mask. Recomputing a
@@ -65,7 +67,7 @@ class DropoutLayer(base_layer.BaseLayer):
     p = self.params
     inputs = precision.CastFloat(tf.convert_to_tensor(inputs), self.fprop_dtype)
     dims = _BroadcastDims(p, inputs.shape.rank)
-    if p.keep_prob == 1.0 or base_layer.IsEvalMode():
+    if p.keep_prob == 1.0 or eval_mode.IsEvalMode():
       return inputs
     keep = tf.cast(self._KeepBits(theta, inputs, dims) < _KeepThreshold(p.keep_prob),
                    inputs.dtype)
@@ -93,7 +95,7 @@ class DropoutLayer(base_layer.BaseLayer):
     order = [axis] + [i for i in range(rank) if i != axis]  # examples first
     per_example = math.prod(noise[i] for i in order[1:])
     counters = (per_example + 3) // 4
-    step_seed = tf.cast(theta[base_layer.STEP_SEED_KEY], tf.int64)
+    step_seed = tf.cast(theta[step_seeds.KEY], tf.int64)
     first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
     # The layer's seed (already mixed by fold_in) is Philox's key and the
     # counters' high word; StatelessRandomGetKeyCounter would mix it again,
@@ -140,10 +142,8 @@ class DropoutLayer(base_layer.BaseLayer):
 def UnsetExampleAxes(layer: base_layer.BaseLayer) -> List[str]:
   """The paths of the DropoutLayers in `layer` (itself included) that drop
   values with example_axis left None."""
-  if isinstance(layer, DropoutLayer):
-    p = layer.params
-    return [layer.path] if p.keep_prob < 1.0 and p.example_axis is None else []
-  return [path for _, child in layer.Children() for path in UnsetExampleAxes(child)]
+  return [l.path for l in layer.Walk() if isinstance(l, DropoutLayer)
+          and l.params.keep_prob < 1.0 and l.params.example_axis is None]
 
 
 # The RNG of the masks, named rather than auto-selected: XLA's choice of

@@ -5,11 +5,12 @@ from typing import Any, List, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import float32_islands
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
 from lingvo_pipe.core import weights
 
 # Forward FLOPs per element of a normalization in training: the mean (1 add),
@@ -144,7 +145,7 @@ class BatchNormLayer(base_layer.BaseLayer):
   Inputs are [batch, dim] or [batch, height, width, dim]; statistics are
   taken per channel over all other dimensions. In training the layer
   normalizes with the mean and (biased) variance of the batch it is given;
-  in eval (base_layer.EvalMode) with the moving averages moving_mean and
+  in eval (eval_mode.EvalMode) with the moving averages moving_mean and
   moving_variance (non-trainable variables).
 
   Why statistics are returned rather than assigned: a GPipe pipeline splits
@@ -215,7 +216,7 @@ class BatchNormLayer(base_layer.BaseLayer):
     empty: nothing is to be updated.
     """
     outputs, mean, variance = self._Forward(theta, inputs)
-    if base_layer.IsEvalMode():
+    if eval_mode.IsEvalMode():
       return outputs, NestedMap()
     mean, variance = tf.stop_gradient(mean), tf.stop_gradient(variance)
     per_channel = tf.size(inputs, out_type=tf.int64) // self.params.dim
@@ -245,7 +246,7 @@ class BatchNormLayer(base_layer.BaseLayer):
     dtype = self.ThetaDtype('gamma')
     theta = precision.CastFloats(theta, dtype)
     x = precision.CastFloat(inputs, dtype)
-    if base_layer.IsEvalMode():
+    if eval_mode.IsEvalMode():
       mean, variance = theta.moving_mean, theta.moving_variance
     else:
       mean, variance = tf.nn.moments(x, axes=list(range(shape.rank - 1)))

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.tasks import decoding
@@ -124,7 +125,7 @@ class LanguageModelTask(base_layer.BaseLayer, decoding.DecodingTask):
     with tf.control_dependencies([check]):
       padded = tf.ensure_shape(tf.pad(ids, [[0, p.batch_size - n], [0, 0]]),
                                [p.batch_size, p.seq_len])
-    with base_layer.EvalMode():
+    with eval_mode.EvalMode():
       out = self.stack.FProp(theta.stack, padded, tf.zeros(tf.shape(padded)), padded)
     log_probs = tf.nn.log_softmax(out.logits[:n])
     return {'log_probs': log_probs,

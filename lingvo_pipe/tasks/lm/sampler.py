@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import pipelined_model
@@ -144,7 +145,7 @@ class CachedSampler:
     n = ids.shape[1]
     new_caches: List[NestedMap] = []
     x: Any = None
-    with base_layer.EvalMode():
+    with eval_mode.EvalMode():
       for device, layers in self.cells:
         with tf.device(device):
           for entry in layers:
@@ -207,7 +208,7 @@ class FullWindowSampler:
 
     def Logits(window_ids: tf.Tensor, last: tf.Tensor) -> tf.Tensor:
       ids = tf.pad(window_ids, [[0, self.padded - batch_size], [0, 0]])
-      with base_layer.EvalMode():
+      with eval_mode.EvalMode():
         out = stack.FProp(stack.theta, ids, tf.zeros(tf.shape(ids)), ids)
       return tf.gather(out.logits[:batch_size], last, axis=1)
     self._logits = tf.function(Logits, autograph=False)

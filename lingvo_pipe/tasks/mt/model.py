@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import micro_batch
@@ -99,7 +100,7 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
                        f'that is a multiple of {multiple}.')
     if batch_size is None:
       batch_size = tf.shape(src_ids)[0]
-    with base_layer.EvalMode():
+    with eval_mode.EvalMode():
       if k == 1:
         fn = self._LogProbsFn(theta, src_ids, src_paddings)
         out = beam_search.GreedySearch(fn, batch_size, self.max_decode_len,

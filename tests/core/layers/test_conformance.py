@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import lingvo_pipe
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
 
@@ -107,14 +108,14 @@ def test_builds_with_its_params_and_variables_under_its_path(example):
   assert not outside, outside
 
 
-@pytest.mark.parametrize('eval_mode', [True, False], ids=['eval', 'train'])
+@pytest.mark.parametrize('is_eval', [True, False], ids=['eval', 'train'])
 @pytest.mark.parametrize('example', _Cases(meta=True))
-def test_fprop_meta_predicts_the_output_shapes(example, eval_mode):
+def test_fprop_meta_predicts_the_output_shapes(example, is_eval):
   p = example.params
   shapes = tf.nest.map_structure(lambda spec: tf.TensorShape(spec.shape), example.inputs)
   predicted = p.cls.FPropMeta(p, *shapes).out_shapes
   layer = p.Instantiate()
-  with base_layer.EvalMode(eval_mode):
+  with eval_mode.EvalMode(is_eval):
     outputs = containers.AsTuple(layer.FProp(layer.theta, *_Tensors(example.inputs)))
   tf.nest.assert_same_structure(predicted, outputs)
   assert [tf.TensorShape(s) for s in tf.nest.flatten(predicted)] == [
@@ -144,7 +145,7 @@ def test_checkpoint_restores_into_a_second_instance(example, tmp_path):
     assert not np.array_equal(initial[name], value), name
     np.testing.assert_array_equal(got[name], value, err_msg=name)
   inputs = _Tensors(example.inputs)
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     expected = saved.FProp(saved.theta, *inputs)
     actual = restored.FProp(restored.theta, *inputs)
   tf.nest.assert_same_structure(actual, expected)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import dropout
+from lingvo_pipe.core import step_seeds
 
 KEEP = 0.75
 
@@ -24,14 +25,14 @@ def _X(*shape):
 
 def _Mask(layer, step_seed, x=None):
   x = _X(4, 16) if x is None else x
-  y = layer.FProp(base_layer.WithStepSeed(layer.theta, step_seed), x)
+  y = layer.FProp(step_seeds.WithStepSeed(layer.theta, step_seed), x)
   return (y.numpy() != 0).astype(np.float32)
 
 
 def test_same_step_seed_gives_same_mask_eager_and_in_function():
   layer = _Dropout()
   x = _X(4, 16)
-  theta = base_layer.WithStepSeed(layer.theta, [3, 1])
+  theta = step_seeds.WithStepSeed(layer.theta, [3, 1])
   eager = layer.FProp(theta, x)
   np.testing.assert_array_equal(eager, layer.FProp(theta, x))
   np.testing.assert_array_equal(eager, tf.function(layer.FProp)(theta, x))
@@ -41,7 +42,7 @@ def test_same_step_seed_gives_same_mask_eager_and_in_function():
 def test_recompute_grad_reproduces_the_forward_mask():
   layer = _Dropout()
   x = _X(8, 32)
-  theta = base_layer.WithStepSeed(layer.theta, [7, 2])
+  theta = step_seeds.WithStepSeed(layer.theta, [7, 2])
   recomputed = tf.recompute_grad(lambda v: layer.FProp(theta, v))
   with tf.GradientTape() as tape:
     tape.watch(x)
@@ -77,7 +78,7 @@ def test_different_paths_and_seeds_give_different_masks():
 def test_keep_fraction_and_scale(keep_prob):
   layer = _Dropout(keep_prob=keep_prob)
   x = _X(100, 200)
-  y = layer.FProp(base_layer.WithStepSeed(layer.theta, [1, 2]), x).numpy()
+  y = layer.FProp(step_seeds.WithStepSeed(layer.theta, [1, 2]), x).numpy()
   kept = y != 0
   # 20000 Bernoulli draws: the standard deviation of the fraction is < 0.0035.
   assert abs(kept.mean() - keep_prob) < 0.02
@@ -87,7 +88,7 @@ def test_keep_fraction_and_scale(keep_prob):
 def test_eval_mode_and_keep_prob_one_are_identity():
   x = _X(4, 16)
   layer = _Dropout()
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     np.testing.assert_array_equal(layer(x), x)
     np.testing.assert_array_equal(tf.function(layer.FProp)(layer.theta, x), x)
   np.testing.assert_array_equal(_Dropout(keep_prob=1.0)(x), x)
@@ -97,7 +98,7 @@ def test_gradients_are_mask_times_scale():
   layer = _Dropout()
   x = _X(6, 10)
   w = tf.constant(np.random.RandomState(1).randn(6, 10).astype(np.float32))
-  theta = base_layer.WithStepSeed(layer.theta, [2, 3])
+  theta = step_seeds.WithStepSeed(layer.theta, [2, 3])
   with tf.GradientTape() as tape:
     tape.watch(x)
     y = layer.FProp(theta, x)
@@ -201,7 +202,7 @@ def test_rejects_example_axis_out_of_range():
 def test_xla_draws_the_same_mask_at_an_offset():
   layer = _Dropout()
   x = _X(4, 6)
-  theta = base_layer.WithStepSeed(layer.theta, [7, 12])
+  theta = step_seeds.WithStepSeed(layer.theta, [7, 12])
   compiled = tf.function(layer.FProp, jit_compile=True)(theta, x)
   np.testing.assert_array_equal(compiled.numpy(), layer.FProp(theta, x).numpy())
 
@@ -209,7 +210,7 @@ def test_xla_draws_the_same_mask_at_an_offset():
 def test_unknown_shape_draws_the_static_shape_mask():
   layer = _Dropout()
   x = _X(6, 7)
-  theta = base_layer.WithStepSeed(layer.theta, [2, 6])
+  theta = step_seeds.WithStepSeed(layer.theta, [2, 6])
   dynamic = tf.function(layer.FProp, input_signature=[
       tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), theta),
       tf.TensorSpec([None, None], tf.float32)])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.nested_map import NestedMap
@@ -128,7 +128,7 @@ def test_batch_norm_eval_uses_moving_averages(shape):
   want = ((x - layer.moving_mean.numpy()) /
           np.sqrt(layer.moving_variance.numpy() + 1e-3) * layer.gamma.numpy() +
           layer.beta.numpy())
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     got = layer(tf.constant(x))
     got_fn = tf.function(layer.FProp)(layer.theta, tf.constant(x))
   np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -209,7 +209,7 @@ def test_eval_mode_returns_no_updates():
   layer = _BatchNorm()
   before = layer.moving_mean.numpy()
   x = tf.constant(_Rand(4, 3))
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     y, updates = layer.FPropWithUpdates(layer.theta, x)
     np.testing.assert_allclose(y, layer(x), rtol=RTOL)
   assert updates == NestedMap()

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import transformer
+from lingvo_pipe.core import step_seeds
 
 B, T, S, D, N, FFN = 2, 5, 7, 8, 2, 16
 EPS = 1e-6
@@ -152,8 +153,8 @@ def test_tf_function_equals_eager():
   x, aux, paddings, aux_paddings = _Inputs(seed=4)
 
   def Both(seed):
-    enc_out = enc.FProp(base_layer.WithStepSeed(enc.theta, seed), x, paddings)
-    dec_out = dec.FProp(base_layer.WithStepSeed(dec.theta, seed), x, aux,
+    enc_out = enc.FProp(step_seeds.WithStepSeed(enc.theta, seed), x, paddings)
+    dec_out = dec.FProp(step_seeds.WithStepSeed(dec.theta, seed), x, aux,
                         aux_paddings, paddings)
     return enc_out, dec_out
 
@@ -171,7 +172,7 @@ def test_dropout_follows_step_seed_and_eval_mode(cls):
   extra = (aux, aux_paddings, paddings) if decoder else (paddings,)
 
   def Run(step_seed):
-    return layer.FProp(base_layer.WithStepSeed(layer.theta, step_seed), x,
+    return layer.FProp(step_seeds.WithStepSeed(layer.theta, step_seed), x,
                        *extra).numpy()
 
   if decoder:
@@ -182,7 +183,7 @@ def test_dropout_follows_step_seed_and_eval_mode(cls):
   np.testing.assert_array_equal(Run([7, 0]), first)
   assert not np.allclose(Run([7, 1]), first)
   assert not np.allclose(first, ref)
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     np.testing.assert_allclose(Run([7, 0]), ref, rtol=1e-5, atol=1e-6)
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.tasks.mt import input_generator as mt_input
 from lingvo_pipe.tasks.mt import model as mt_model
@@ -40,7 +40,7 @@ def _TeacherForcedLogProb(task, batch, ids):
   """Sum of log p(ids[t] | ids[:t]) by one forward over the whole target."""
   bos = tf.fill([BATCH, 1], mt_input.BOS)
   tgt = tf.concat([bos, ids[:, :-1]], axis=1)
-  with base_layer.EvalMode():
+  with eval_mode.EvalMode():
     out = task.model.FProp(task.theta.model, batch.src_ids, batch.src_paddings, tgt,
                            tf.cast(tf.equal(ids, mt_input.PAD), tf.float32), ids)
   logp = tf.gather(tf.nn.log_softmax(out.logits), ids, batch_dims=2)
