@@ -264,7 +264,9 @@ def test_profile_of_a_live_step(tmp_path):
   loop = timeline.Profile(Loop, str(tmp_path / 'loop'))
   with pytest.raises(ValueError, match='2 steps in one loop'):
     timeline.Intervals(timeline.LoadTrace(loop))
-  with pytest.raises(ValueError, match='not one step of this schedule'):
+  # Refused by the schedule's forward count, or earlier where the profiler
+  # kept a partial call (seen under load: op counts [2, 10, 10]).
+  with pytest.raises(ValueError, match=r'profile exactly one, with steps_per_loop=1'):
     timeline.Intervals(timeline.LoadTrace(loop), schedule.FromActions(pipe.plan.Actions(2)))
 
 
