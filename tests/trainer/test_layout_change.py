@@ -71,10 +71,11 @@ def _Resume(trained, tmp_path, overrides):
   return got_eval, eval_loss, _Losses(tmp_path), losses
 
 
-# M, replicas and the tick loop are checked against one cell step by step in
-# tests/pipeline/test_layout_independence.py (and a resume under another R in
-# tests/trainer/test_replica_training.py); here they run in make test-slow.
-_SLOW_LAYOUTS = ('K2-M4', 'K2-R2', 'tick-loop')
+# M, replicas, 1F1B and the tick loop are checked against one cell step by
+# step in tests/pipeline/test_layout_independence.py (and a resume under
+# another R in tests/trainer/test_replica_training.py); here they run in
+# make test-slow. make test resumes under another schedule with interleaved.
+_SLOW_LAYOUTS = ('K2-M4', 'K2-R2', '1F1B', 'tick-loop')
 
 
 @pytest.mark.parametrize('layout', [

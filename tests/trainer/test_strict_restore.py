@@ -110,7 +110,8 @@ def test_mismatch_stops_before_any_step_and_changes_nothing(
                 'trainer.reset_optimizer_state=True']
   logdir = _Copy(source, tmp_path)
   before = _Snapshot(logdir / 'checkpoints')
-  for mode in ('train', 'eval'):
+  # Both modes restore through one check; eval runs it for one case.
+  for mode in ('train', 'eval') if case == 'three_layers' else ('train',):
     line = _OneErrorLine(_Run(logdir, mode, overrides, program, model))
     assert line.startswith('error: Checkpoint ckpt-') and 'does not match the model' in line
     for text in expected:
