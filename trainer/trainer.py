@@ -32,6 +32,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
+from trainer import lingvo_flags  # pylint: disable=g-import-not-at-top
 from trainer import quiet_logs  # pylint: disable=g-import-not-at-top
 
 _ABSL_FLAGS = frozenset(flags.FLAGS)
@@ -179,6 +180,10 @@ def Run() -> None:
   if _HELP_ARGS.intersection(sys.argv[1:]):
     print(Usage())
     sys.exit(0)
+  refusal = lingvo_flags.Refusal(sys.argv[1:])
+  if refusal:
+    print(f'error: {refusal}', file=sys.stderr)
+    sys.exit(2)
   app.run(Main)
 
 
