@@ -15,6 +15,7 @@ _INSTEAD: Dict[str, str] = {
             'and evaler; a worker task of --cluster_spec is --mode=worker'),
     'tpu': 'TPUs are not supported, ' + _PLACEMENT,
     'worker_gpus': _PLACEMENT,
+    'worker_tpus': 'TPUs are not supported, ' + _PLACEMENT,
     'worker_split_size': _PLACEMENT,
     'worker_replicas': ("data-parallel replicas are the pipeline's num_replicas, e.g. "
                         "--model_params_override='task.stack.pipeline.num_replicas=2' "
@@ -32,6 +33,9 @@ _MODES: Dict[str, str] = {
     'sync': 'pass --mode=train (or train_and_eval, which also evaluates)',
     'async': 'pass --mode=train (or train_and_eval, which also evaluates)',
     'shell': 'pass --mode=inspect_params or --mode=inspect_model',
+    'inspect_evaler': 'pass --mode=inspect_params (its dev and test entries are the eval inputs)',
+    'inspect_decoder': 'pass --mode=inspect_params (its dev and test entries are the eval inputs)',
+    'write_inference_graph': "pass --mode=export (a SavedModel of the task's inference function)",
 }
 
 

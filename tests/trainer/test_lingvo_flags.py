@@ -12,6 +12,7 @@ from tests.trainer import your_experiment
     (['--mode=sync'], ['--mode=sync: pass --mode=train']),
     (['--mode', 'async'], ['--mode=async: pass --mode=train']),
     (['--mode=shell'], ['--mode=shell: pass --mode=inspect_params']),
+    (['--mode=write_inference_graph'], ['pass --mode=export']),
     (['-run_locally=cpu'], ['--run_locally: a run is local unless --cluster_spec']),
     (['--job=evaler_dev,evaler_test'], ['--job: one process', 'eval for the evalers']),
     (['--worker_gpus', '1', '--tpu=grpc://host:8470'],
