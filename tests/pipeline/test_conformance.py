@@ -9,10 +9,9 @@ also through FProp with the loss outside. R=2 replicas of M micro-batches
 are the R*M micro-batches of one pipeline. Batch norm runs across the
 schedules in its own matrix below, and so does evaluation.
 
-`make test` runs float32 but for R=2, which runs each schedule once without
-remat and once per cell, in the two emissions (alternating over the
-schedules), and bfloat16 at per-cell remat with one replica; `make
-test-slow` the rest.
+`make test` runs float32 but R=2 in one emission per remat policy (without
+remat in one, per cell in the other, alternating over the schedules), and
+bfloat16 at per-cell remat with one replica; `make test-slow` the rest.
 """
 
 import pytest
@@ -59,7 +58,7 @@ def _Cases(dtype):
         for replicas in (1, 2):
           if dtype == 'bfloat16':
             slow = remat != gpipe.RematPolicy.PER_CELL or replicas > 1
-          else:  # R=2: each remat in one emission, the other's the other
+          else:  # R=2: NONE in one emission, PER_CELL in the other
             slow = replicas > 1 and emission != list(EMISSIONS)[(i + REMATS.index(remat)) % 2]
           cases.append(pytest.param(name, emission, remat, replicas,
                                     id=f'{name}-{emission}-{remat.name}-R{replicas}',
