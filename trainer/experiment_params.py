@@ -9,7 +9,8 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import params_text
 from trainer import override_values
 
-_OVERRIDE = re.compile(r'^\s*([a-z_][a-z0-9_.]*)\s*=\s*(.+?)\s*$', re.DOTALL)
+# key=value, or Lingvo's key : value (its params text form).
+_OVERRIDE = re.compile(r'^\s*([a-z_][a-z0-9_.]*)\s*[=:]\s*(.+?)\s*$', re.DOTALL)
 _QUOTES = ('"', "'")
 
 
@@ -29,8 +30,9 @@ def ExperimentParams(experiment: base_experiment.BaseExperiment) -> hyperparams.
 
 
 def SplitOverrides(overrides: str) -> Iterator[str]:
-  """Yields the non-blank items of "a=1; b='x;y'": split at each ';' outside
-  quotes (a backslash escapes the next character inside quotes)."""
+  """Yields the non-blank items of "a=1; b='x;y'": split at each ';' or
+  newline (as Lingvo's overrides) outside quotes (a backslash escapes the
+  next character inside quotes)."""
   item: List[str] = []
   quote, escaped = '', False
   for char in overrides:
@@ -42,7 +44,7 @@ def SplitOverrides(overrides: str) -> Iterator[str]:
       quote = '' if char == quote else quote
     elif char in _QUOTES:
       quote = char
-    elif char == ';':
+    elif char in ';\n':
       if ''.join(item).strip():
         yield ''.join(item)
       item = []
@@ -53,7 +55,8 @@ def SplitOverrides(overrides: str) -> Iterator[str]:
 
 
 def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
-  """Applies "a.b=1; c.d='x'" (values in the Params text form).
+  """Applies "a.b=1; c.d='x'" (values in the Params text form), or
+  Lingvo's "a.b : 1; c.d : 'x'".
 
   A value is read by the type of the param's current value: a string param
   also takes its value unquoted, as users type it (train.file_pattern=
@@ -73,8 +76,8 @@ def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
   for item in SplitOverrides(overrides):
     match = _OVERRIDE.match(item)
     if not match:
-      raise UsageError(f'Override {item.strip()!r} is not "key=value" (e.g. '
-                       "trainer.max_steps=100; task.name='lm').")
+      raise UsageError(f'Override {item.strip()!r} is not "key=value" or "key : value" '
+                       "(e.g. trainer.max_steps=100; task.name='lm').")
     key, value_text = match.group(1), match.group(2)
     keys.append(key)
     try:

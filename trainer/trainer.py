@@ -74,7 +74,8 @@ flags.DEFINE_enum('mode', 'train_and_eval', list(MODES),
                   'SavedModel), worker (serve as task --task of --cluster_spec, '
                   'docs/several_machines.md).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
-                    "\"trainer.max_steps=100; task.stack.model_dim=64\".")
+                    "\"trainer.max_steps=100; task.stack.model_dim=64\" (items "
+                    "separated by ';' or newlines; Lingvo's key : value works too).")
 flags.DEFINE_string('model_params_file_override', '', 'A file of "key : value" '
                     'lines (the params.txt format) applied before '
                     '--model_params_override.')
