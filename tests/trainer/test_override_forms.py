@@ -40,10 +40,10 @@ def test_long_forms_still_work():
 
 def test_lingvos_key_colon_value_items_and_newlines():
   text = _Params("trainer.optimizer : sgd\ntask.fprop_dtype : bfloat16; "
-                 "train.file_pattern : '/data/a=b:c*.txt'").stdout
+                 "train.file_pattern : 'corpus/a=b:c*.txt'").stdout
   assert "trainer.optimizer : enum('lingvo_pipe.base_experiment.OptimizerKind', 'SGD')\n" in text
   assert "task.fprop_dtype : dtype('bfloat16')\n" in text
-  assert "train.file_pattern : '/data/a=b:c*.txt'\n" in text
+  assert "train.file_pattern : 'corpus/a=b:c*.txt'\n" in text
 
 
 @pytest.mark.parametrize('override,message', [
