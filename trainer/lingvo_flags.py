@@ -6,6 +6,9 @@ from typing import Dict, List, Optional, Tuple
 
 _PLACEMENT = ("cells are placed by the pipeline's params (num_partitions, devices) "
               'on local devices, or on the workers of --cluster_spec: drop it')
+_NO_TPU = 'TPUs are not supported, ' + _PLACEMENT
+_TRAIN = 'pass --mode=train (or train_and_eval, which also evaluates)'
+_INSPECT = 'pass --mode=inspect_params (its dev and test entries are the eval inputs)'
 
 # Lingvo flag -> what to do instead.
 _INSTEAD: Dict[str, str] = {
@@ -13,9 +16,9 @@ _INSTEAD: Dict[str, str] = {
     'job': ("one process runs what Lingvo's jobs did: --mode=train for the trainer, "
             'eval for the evalers, decode for the decoders, train_and_eval for trainer '
             'and evaler; a worker task of --cluster_spec is --mode=worker'),
-    'tpu': 'TPUs are not supported, ' + _PLACEMENT,
+    'tpu': _NO_TPU,
     'worker_gpus': _PLACEMENT,
-    'worker_tpus': 'TPUs are not supported, ' + _PLACEMENT,
+    'worker_tpus': _NO_TPU,
     'worker_split_size': _PLACEMENT,
     'worker_replicas': ("data-parallel replicas are the pipeline's num_replicas, e.g. "
                         "--model_params_override='task.stack.pipeline.num_replicas=2' "
@@ -30,11 +33,11 @@ _INSTEAD: Dict[str, str] = {
 
 # Lingvo's --mode values -> this trainer's.
 _MODES: Dict[str, str] = {
-    'sync': 'pass --mode=train (or train_and_eval, which also evaluates)',
-    'async': 'pass --mode=train (or train_and_eval, which also evaluates)',
+    'sync': _TRAIN,
+    'async': _TRAIN,
     'shell': 'pass --mode=inspect_params or --mode=inspect_model',
-    'inspect_evaler': 'pass --mode=inspect_params (its dev and test entries are the eval inputs)',
-    'inspect_decoder': 'pass --mode=inspect_params (its dev and test entries are the eval inputs)',
+    'inspect_evaler': _INSPECT,
+    'inspect_decoder': _INSPECT,
     'write_inference_graph': "pass --mode=export (a SavedModel of the task's inference function)",
 }
 
