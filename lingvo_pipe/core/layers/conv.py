@@ -216,8 +216,24 @@ class DepthwiseConv2DLayer(_BaseConv2DLayer):
 
   def _Convolve(self, inputs: tf.Tensor, filters: tf.Tensor,
                 strides: List[int]) -> tf.Tensor:
-    return tf.nn.depthwise_conv2d(inputs, filters, strides,
-                                  self.params.padding.value)
+    padding = self.params.padding.value
+    if strides[1] == strides[2]:
+      return tf.nn.depthwise_conv2d(inputs, filters, strides, padding)
+    # TensorFlow's CPU kernel refuses unequal strides unless oneDNN is on
+    # (it is off on CPUs without AVX512-VNNI/BF16): pad as the strided window
+    # does, slide at stride 1 and keep every stride-th row and column.
+    if self.params.padding == Padding.SAME:
+      inputs = tf.pad(inputs, [[0, 0], _SamePads(inputs, 1, filters.shape[0], strides[1]),
+                               _SamePads(inputs, 2, filters.shape[1], strides[2]), [0, 0]])
+    out = tf.nn.depthwise_conv2d(inputs, filters, [1, 1, 1, 1], 'VALID')
+    return out[:, ::strides[1], ::strides[2], :]
+
+
+def _SamePads(inputs: tf.Tensor, axis: int, window: int, stride: int) -> tf.Tensor:
+  """[before, after]: the zeros SAME padding adds along `axis` (the extra one after)."""
+  size = tf.shape(inputs)[axis]
+  total = tf.maximum((-(-size // stride) - 1) * stride + window - size, 0)
+  return tf.stack([total // 2, total - total // 2])
 
 
 class SeparableConv2DLayer(base_layer.BaseLayer):
