@@ -1,7 +1,7 @@
 """DropoutLayer: masks that are a pure function of step seed and layer path."""
 
+import hashlib
 import math
-import zlib
 from typing import Any, List, Optional, Set
 
 import tensorflow as tf
@@ -97,12 +97,13 @@ class DropoutLayer(base_layer.BaseLayer):
     counters = (per_example + 3) // 4
     step_seed = tf.cast(theta[step_seeds.KEY], tf.int64)
     first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
-    # The layer's seed (already mixed by fold_in) is Philox's key and the
-    # counters' high word; StatelessRandomGetKeyCounter would mix it again,
-    # differently under XLA.
-    seed = tf.cast(self._MaskSeed(step_seed), tf.int64)
-    key = tf.bitcast(seed[:1], tf.uint64)
-    counter = tf.bitcast(tf.stack([first * counters, seed[1]]), tf.uint64)
+    # Philox's key is the global step and the counters' high word names the
+    # layer, so every (step, layer, example) has a run of counters of its
+    # own. Set here rather than mixed by fold_in (two fold_ins were ~50 ops a
+    # call to trace) or by StatelessRandomGetKeyCounter (which mixes
+    # differently under XLA).
+    key = tf.bitcast(step_seed[:1], tf.uint64)
+    counter = tf.bitcast(tf.stack([first * counters, self._LayerWord()]), tf.uint64)
     bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=tf.reshape(noise[axis] * counters * 4, [1]), key=key,
         counter=counter, alg=_PHILOX, dtype=tf.int32)
@@ -112,13 +113,13 @@ class DropoutLayer(base_layer.BaseLayer):
     bits = tf.reshape(bits, [noise[i] for i in order])
     return tf.transpose(bits, [order.index(i) for i in range(rank)]) if axis else bits
 
-  def _MaskSeed(self, step_seed: tf.Tensor) -> tf.Tensor:
-    """The stateless seed of this layer's masks in global step step_seed[0]."""
-    path_hash = zlib.crc32(self.path.encode('utf-8'))
-    seed = tf.random.experimental.stateless_fold_in(
-        tf.stack([step_seed[0], tf.constant(0, tf.int64)]), path_hash, alg=_ALG)
-    return tf.random.experimental.stateless_fold_in(
-        seed, self.params.random_seed or 0, alg=_ALG)
+  def _LayerWord(self) -> tf.Tensor:
+    """The counters' high word of this layer: a 64-bit hash of its path and
+    p.random_seed (as an int64)."""
+    name = f'{self.path}\0{self.params.random_seed or 0}'.encode('utf-8')
+    word = int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), 'little',
+                          signed=True)
+    return tf.constant(word, tf.int64)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
@@ -146,10 +147,8 @@ def UnsetExampleAxes(layer: base_layer.BaseLayer) -> List[str]:
           and l.params.keep_prob < 1.0 and l.params.example_axis is None]
 
 
-# The RNG of the masks, named rather than auto-selected: XLA's choice of
-# algorithm may differ from TensorFlow's kernels'. _PHILOX is its number in
-# the raw ops.
-_ALG = 'philox'
+# The RNG of the masks (its number in the raw ops), named rather than
+# auto-selected: XLA's choice of algorithm may differ from TensorFlow's kernels'.
 _PHILOX = 1
 
 
