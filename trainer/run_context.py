@@ -148,8 +148,17 @@ class RunContext:
     wanted = self.options.num_logical_devices or max(
         self._DevicesNeeded(), self.params.trainer.num_logical_devices, 1)
     cpu = tf.config.list_physical_devices('CPU')[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
+    try:
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
+    except RuntimeError:  # devices made before the run (trainer called from Python)
+      have = len(tf.config.list_logical_devices('CPU'))
+      if have < wanted:
+        raise UserError(
+            f'TensorFlow in this process already made {have} logical CPU '
+            f'device(s) and the model needs {wanted}; make {wanted} with '
+            'tf.config.set_logical_device_configuration before anything uses '
+            'TensorFlow, or run the trainer in a process of its own.') from None
 
   def NewTrainer(self, logdir: Optional[str] = None) -> loop.Trainer:
     """The loop.Trainer of this run (devices configured first), in logdir

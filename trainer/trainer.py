@@ -138,13 +138,19 @@ def _Options(options_cls: Callable[..., _T]) -> _T:
 
 
 def Main(argv: List[str]) -> None:
-  """Builds the run context once and hands it to the mode's module; a
-  UserError ends the program with one line and exit status 2."""
+  """Filters TensorFlow's C++ log lines, then runs Execute (its status)."""
   del argv
   _QuietCppLogs()
   logging.set_verbosity(logging.WARNING)
-  # Imported only now: run_context imports TensorFlow, whose start-up lines
-  # the filter above must catch.
+  status = Execute()
+  if status:
+    sys.exit(status)
+
+
+def Execute() -> int:
+  """Builds the run context from the parsed flags once and hands it to the
+  mode's module; returns the exit status (2 after a UserError's one line).
+  Imports run_context only now: Main's filter must catch TensorFlow's start-up lines."""
   from trainer import run_context  # pylint: disable=g-import-not-at-top
   ctx = None
   try:
@@ -155,12 +161,13 @@ def Main(argv: List[str]) -> None:
     if ctx is not None:
       ctx.RemoveUnusedLogdir()
     print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    return 2
   except KeyboardInterrupt:
     # Ctrl-C outside the parts that stop gracefully (training, decoding):
     # while starting up, nothing is half-written that a traceback explains.
     print(f'Interrupted (SIGINT) during --mode={FLAGS.mode}.', file=sys.stderr)
-    sys.exit(128 + signal.SIGINT)
+    return 128 + signal.SIGINT
+  return 0
 
 
 def Usage() -> str:

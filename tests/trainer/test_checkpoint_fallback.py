@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from lingvo_pipe import model_registry
-from tests import fresh_process
 from trainer import checkpoints
 from trainer import experiment_params
 from trainer import loop
+from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 
@@ -125,15 +125,15 @@ def test_leftovers_of_an_interrupted_save_are_removed(trained, tmp_path):
 def test_trainer_binary_reports_fallback_and_no_readable_checkpoint(trained, tmp_path):
   logdir, ckpt = _Copy(trained, tmp_path)
   _Truncate(str(ckpt / 'ckpt-4.data-00000-of-00001'))
-  args = ['-m', 'trainer.trainer', '--model=' + TINY, '--mode=train', f'--logdir={logdir}',
+  args = ['--model=' + TINY, '--mode=train', f'--logdir={logdir}',
           '--model_params_override=trainer.steps_per_loop=2', '--max_steps=4']
-  result = fresh_process.RunPython(*args)
+  result = in_process.Run(*args)
   assert 'Checkpoint ckpt-4 is damaged (' in result.stdout
   assert 'Restored' in result.stdout and 'ckpt-2 at step 2' in result.stdout
   assert 'step      4/4' in result.stdout
   for path in glob.glob(str(ckpt / 'ckpt-*.data*[!d]')):
     _Garble(path)
-  failed = fresh_process.RunPython(*args, check=False)
+  failed = in_process.Run(*args, check=False)
   assert failed.returncode == 2 and 'Traceback' not in failed.stderr
   errors = [l for l in failed.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'No readable checkpoint in' in errors[0], failed.stderr

@@ -19,8 +19,8 @@ from trainer import decoder
 from trainer import experiment_params
 from trainer import loop
 
-from tests import fresh_process
 from tests.trainer import summaries
+from tests.trainer import in_process
 
 MT = 'mt.ReverseBytesGPipe'
 TINY_LM = 'lm.StdlibBytesTiny'
@@ -34,7 +34,7 @@ MT_OVERRIDES = ('trainer.steps_per_loop=100; trainer.eval_steps=1; trainer.warmu
 
 
 def _Run(*flags, check=True):
-  return fresh_process.RunPython('-m', 'trainer.trainer', *flags, check=check)
+  return in_process.Run(*flags, check=check)
 
 
 @pytest.fixture(scope='module')

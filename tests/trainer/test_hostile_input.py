@@ -6,9 +6,9 @@ import os
 import pytest
 
 from lingvo_pipe import model_registry
-from tests import fresh_process
 from trainer import experiment_params
 from trainer import param_checks
+from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 _OLD_PARAMS = 'an earlier run wrote this\n'
@@ -19,9 +19,9 @@ def _Case(tmp_path, flags):
   logdir = tmp_path / 'logdir'
   logdir.mkdir()
   (logdir / 'params.txt').write_text(_OLD_PARAMS)
-  args = ['-m', 'trainer.trainer', '--model=' + TINY, '--mode=train_and_eval',
+  args = ['--model=' + TINY, '--mode=train_and_eval',
           f'--logdir={logdir}'] + [f.replace('TMP', str(tmp_path)) for f in flags]
-  return fresh_process.RunPython(*args, check=False), logdir
+  return in_process.Run(*args, check=False), logdir
 
 
 def _AssertOneErrorLine(result, message):

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe import base_experiment
-from tests import fresh_process
+from tests.trainer import in_process
 from trainer import inspection
 from trainer import optimizers
 
@@ -23,7 +23,7 @@ def test_optimizer_slots_are_those_the_trainer_s_optimizer_makes(kind):
 
 
 def _InspectModel(*flags, check=True):
-  return fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
+  return in_process.Run('--model=lm.StdlibBytesTiny',
                                  '--mode=inspect_model', *flags, check=check)
 
 

@@ -2,7 +2,7 @@
 (issue 28, point 4): the built task's cells, one-line errors for bad
 overrides, and a planner that weighs only the schedules the task trains."""
 
-from tests import fresh_process
+from tests.trainer import in_process
 from tests.trainer import your_experiment
 
 KEY = your_experiment.KEY
@@ -31,7 +31,7 @@ def test_bad_overrides_are_one_line_in_inspect_model(tmp_path):
 
 
 def test_a_task_that_trains_every_schedule_gets_them_all_weighed():
-  plan = fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
+  plan = in_process.Run('--model=lm.StdlibBytesTiny',
                                  '--mode=inspect_model').stdout
   assert 'schedules weighed (the planner\'s that the model trains): GPIPE, ONE_F_ONE_B, INTERLEAVED;' in plan
   assert '1F1B' in plan

@@ -10,6 +10,7 @@ import inspect
 import pytest
 
 from tests import fresh_process
+from tests.trainer import in_process
 
 TRAINER_PY = fresh_process.ROOT / 'trainer' / 'trainer.py'
 
@@ -44,7 +45,7 @@ def test_trainer_py_holds_flags_and_the_table_only():
 @pytest.mark.parametrize('mode', ['inspect_params', 'inspect_model', 'train', 'eval',
                                   'profile', 'decode', 'export', 'worker'])
 def test_every_mode_refuses_a_bad_cluster_spec_alike(mode, tmp_path):
-  result = fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
+  result = in_process.Run('--model=lm.StdlibBytesTiny',
                                    f'--mode={mode}', f'--logdir={tmp_path / "run"}',
                                    '--cluster_spec=garbage', check=False)
   assert result.returncode == 2, result.stdout

@@ -5,15 +5,14 @@ the experiment's value; splits with num_partitions 0 pass the range check."""
 
 import pytest
 
-from tests import fresh_process
+from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 
 
 def _Params(overrides: str, check: bool = True):
-  return fresh_process.RunPython('-m', 'trainer.trainer', f'--model={TINY}',
-                                 '--mode=inspect_params',
-                                 f'--model_params_override={overrides}', check=check)
+  return in_process.Run(f'--model={TINY}', '--mode=inspect_params',
+                        f'--model_params_override={overrides}', check=check)
 
 
 def test_short_forms_set_enums_dtypes_and_bools():
@@ -75,7 +74,7 @@ def test_splits_alone_take_the_place_of_the_experiments_num_partitions():
   """The tiny LM has 2 cells; 4 layers split at [1, 2, 3] make 4."""
   text = _Params('task.stack.pipeline.splits=[1, 2, 3]').stdout
   assert 'task.stack.pipeline.num_partitions : 0\n' in text
-  plan = fresh_process.RunPython(
-      '-m', 'trainer.trainer', f'--model={TINY}', '--mode=inspect_model',
+  plan = in_process.Run(
+      f'--model={TINY}', '--mode=inspect_model',
       '--model_params_override=task.stack.pipeline.splits=[1, 2, 3]').stdout
   assert 'K=4 cells' in plan, plan

@@ -13,18 +13,17 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
-from tests import fresh_process
 from trainer import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
+from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 FOUR_LAYERS = 'task.stack.num_layers=4'
 MOMENTUM = "trainer.optimizer=enum('lingvo_pipe.base_experiment.OptimizerKind', 'MOMENTUM')"
 SGD = "trainer.optimizer=enum('lingvo_pipe.base_experiment.OptimizerKind', 'SGD')"
 # A user's own experiment module, imported before the binary runs.
-WITH_RENAMED = ('import tests.trainer.renamed_layer_experiment; '
-                'from trainer import trainer; trainer.Run()')
+WITH_RENAMED = '--import=tests.trainer.renamed_layer_experiment'
 
 
 def _Params(overrides=''):
@@ -73,9 +72,8 @@ def _Copy(logdir, tmp_path):
   return copy
 
 
-def _Run(logdir, mode, overrides, program=('-m', 'trainer.trainer'), model=TINY,
-         check=False):
-  return fresh_process.RunPython(
+def _Run(logdir, mode, overrides, program=(), model=TINY, check=False):
+  return in_process.Run(
       *program, f'--model={model}', f'--mode={mode}', f'--logdir={logdir}',
       f'--model_params_override=trainer.steps_per_loop=2; {overrides}',
       '--max_steps=6', check=check)
@@ -93,11 +91,11 @@ def _OneErrorLine(result):
                                   'missing_slots'])
 def test_mismatch_stops_before_any_step_and_changes_nothing(
     case, adam_logdir, sgd_logdir, tmp_path):
-  source, overrides, program, model = adam_logdir, FOUR_LAYERS, ('-m', 'trainer.trainer'), TINY
+  source, overrides, program, model = adam_logdir, FOUR_LAYERS, (), TINY
   if case == 'three_layers':
     overrides, expected = 'task.stack.num_layers=3', ['variables:', 'unexpected, not in the model']
   elif case == 'renamed_layer':
-    program, model = ('-c', WITH_RENAMED), 'TinyRenamedLayer'
+    program, model = (WITH_RENAMED,), 'TinyRenamedLayer'
     expected = ['variables:', 'missing from it (stack/pipeline/', 'block_3/',
                 'unexpected, not in the model (stack/pipeline/', 'layer_3/']
   elif case == 'hidden_dim':

@@ -1,4 +1,5 @@
-"""End-to-end tests of the trainer binary, each run in a subprocess."""
+"""End-to-end tests of the trainer binary, run in the test process (the
+console script itself: test_your_experiment.py, test_lingvo_flags.py)."""
 
 import glob
 import os
@@ -6,13 +7,14 @@ import os
 import pytest
 
 from tests import fresh_process
+from tests.trainer import in_process
 from tests.trainer import summaries
 
 TINY = 'lm.StdlibBytesTiny'
 
 
 def _Run(*flags, check=True):
-  return fresh_process.RunPython('-m', 'trainer.trainer', *flags, check=check)
+  return in_process.Run(*flags, check=check)
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -92,3 +94,22 @@ def test_every_experiment_prints_params_and_plan():
   for model in ('lm.StdlibBytesGPipe', 'mt.ReverseBytesGPipe', 'image.AmoebaNetDCifarGPipe'):
     assert 'task.' in _Run(f'--model={model}', '--mode=inspect_params').stdout
     assert 'K=4 cells' in _Run(f'--model={model}', '--mode=inspect_model').stdout
+
+
+def test_devices_made_before_the_run_are_used_or_refused_in_one_line(tmp_path):
+  """The trainer called from Python after TensorFlow made its devices: the
+  tests' own runs use conftest's 8; 2 are too few for 4 cells."""
+  code = ('import tensorflow as tf; tf.config.set_logical_device_configuration('
+          'tf.config.list_physical_devices("CPU")[0], '
+          '[tf.config.LogicalDeviceConfiguration()] * 2); tf.config.list_logical_devices(); '
+          'from trainer import trainer; trainer.Run()')
+  result = fresh_process.RunPython(
+      '-c', code, '--model=lm.StdlibBytesGPipe', '--mode=train', '--max_steps=1',
+      f'--logdir={tmp_path / "run"}', check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr, result.stderr
+  # TensorFlow's start-up lines come before the trainer's log filter here.
+  assert [l for l in result.stderr.splitlines() if l.startswith('error:')] == [
+      'error: TensorFlow in this process already made 2 logical CPU device(s) and the '
+      'model needs 4; make 4 with tf.config.set_logical_device_configuration before '
+      'anything uses TensorFlow, or run the trainer in a process of its own.']
+  assert not (tmp_path / 'run').exists()

@@ -2,11 +2,11 @@
 
 import json
 
-from tests import fresh_process
+from tests.trainer import in_process
 
 
 def test_profile_mode_writes_the_timeline(tmp_path):
-  result = fresh_process.RunPython('-m', 'trainer.trainer', '--model=lm.StdlibBytesTiny',
+  result = in_process.Run('--model=lm.StdlibBytesTiny',
                                    '--mode=profile', '--logdir=' + str(tmp_path))
   assert 'K=2 M=2 bubble: measured ' in result.stdout
   assert 'theoretical (K-1)/(M+K-1) = 0.333' in result.stdout

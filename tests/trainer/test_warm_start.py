@@ -11,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
-from tests import fresh_process
 from trainer import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
 from trainer import warm_start
+from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 # One cell in both models, so the paths agree whatever the partitioning.
@@ -68,17 +68,16 @@ def test_loaded_tensors_equal_the_source_and_the_rest_their_initial_values(sourc
 
 def test_trainer_binary_warm_starts_once(source, tmp_path):
   logdir = tmp_path / 'deep'
-  args = ['-m', 'trainer.trainer', f'--model={TINY}', '--mode=train', f'--logdir={logdir}',
+  args = [f'--model={TINY}', '--mode=train', f'--logdir={logdir}',
           f'--model_params_override={DEEP}; {_Rules(source)}']
-  first = fresh_process.RunPython(*args, '--max_steps=2')
+  first = in_process.Run(*args, '--max_steps=2')
   assert 'loaded 33 variable(s).' in first.stdout and 'step      2/2' in first.stdout
   assert 'init_from_checkpoint_rules' in (logdir / 'params.txt').read_text()
-  second = fresh_process.RunPython(*args, '--max_steps=4')
+  second = in_process.Run(*args, '--max_steps=4')
   assert 'Restored' in second.stdout and 'Warm start' not in second.stdout
   # params.txt holds the rules in a form the binary reads back.
-  again = fresh_process.RunPython('-m', 'trainer.trainer', f'--model={TINY}',
-                                  '--mode=inspect_params',
-                                  f'--model_params_file_override={logdir / "params.txt"}')
+  again = in_process.Run(f'--model={TINY}', '--mode=inspect_params',
+                         f'--model_params_file_override={logdir / "params.txt"}')
   assert (f"trainer.init_from_checkpoint_rules : {{{str(source)!r}: ([({RULE!r}, '%s')], "
           '[])}\n') in again.stdout
 
@@ -89,8 +88,8 @@ def test_trainer_binary_warm_starts_once(source, tmp_path):
 ])
 def test_bad_rule_is_one_line_before_any_step(source, tmp_path, rule, name_format,
                                               overrides, message):
-  result = fresh_process.RunPython(
-      '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
+  result = in_process.Run(
+      f'--model={TINY}', '--mode=train',
       f'--logdir={tmp_path / "deep"}', '--max_steps=2',
       f'--model_params_override={overrides}; {_Rules(source, rule, name_format)}',
       check=False)

@@ -1,0 +1,75 @@
+"""Runs the trainer binary in the test process, as its console script would
+run with the same flags, without a new process and TensorFlow import.
+
+For tests of what the trainer does (modes, checkpoints, errors, output);
+tests of the process itself (the console script, its C++ log filter,
+signals, kills, remote workers) start one (tests/fresh_process.py). The
+test process's TensorFlow already has conftest's logical devices, which the
+trainer uses when they are enough for the model.
+"""
+
+import contextlib
+import io
+import os
+import subprocess
+from typing import Optional
+
+from absl import flags
+
+from trainer import lingvo_flags
+from trainer import trainer
+
+PROGRAM = 'lingvo_pipe_trainer'
+
+
+def Run(*args: str, check: bool = True, cwd: Optional[str] = None
+        ) -> subprocess.CompletedProcess:
+  """Runs the trainer with command-line `args` in directory `cwd` (default:
+  this one); returns its exit status and what it printed.
+
+  Lingvo's flags are refused as Run() refuses them; flags absl cannot parse
+  raise its error. With check, a non-zero status fails an AssertionError
+  with the output.
+  """
+  command = [PROGRAM, *args]
+  stdout, stderr = io.StringIO(), io.StringIO()
+  refusal = lingvo_flags.Refusal(list(args))
+  if refusal:
+    print(f'error: {refusal}', file=stderr)
+    status = 2
+  else:
+    with _Flags(command), _Directory(cwd), contextlib.redirect_stdout(stdout), \
+        contextlib.redirect_stderr(stderr):
+      try:
+        status = trainer.Execute()
+      except SystemExit as e:  # a mode's exit after a stop signal
+        status = e.code if isinstance(e.code, int) else 1
+  result = subprocess.CompletedProcess(command, status, stdout.getvalue(),
+                                       stderr.getvalue())
+  if check and status:
+    raise AssertionError(f'{" ".join(command)}\nexited with status {status}.\n'
+                         f'--- stderr ---\n{result.stderr[-3000:]}\n'
+                         f'--- stdout ---\n{result.stdout[-3000:]}')
+  return result
+
+
+@contextlib.contextmanager
+def _Flags(argv):
+  """absl's FLAGS parsed from argv, back at their defaults afterwards."""
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(argv)
+  try:
+    yield
+  finally:
+    flags.FLAGS.unparse_flags()
+
+
+@contextlib.contextmanager
+def _Directory(cwd: Optional[str]):
+  previous = os.getcwd()
+  if cwd:
+    os.chdir(cwd)
+  try:
+    yield
+  finally:
+    os.chdir(previous)
