@@ -29,9 +29,10 @@ demo: $(STAMP)
 
 # test leaves out the tests marked slow (pytest.ini): the rest of the (K, M)
 # grids and matrices that it samples; test-slow runs only those, test-all both.
+# test ends with its slowest tests and the total time, for keeping it short.
 test: $(STAMP)
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --durations=25 tests
 
 test-slow: $(STAMP)
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m slow tests
