@@ -96,30 +96,30 @@ class DropoutLayer(base_layer.BaseLayer):
     per_example = math.prod(noise[i] for i in order[1:])
     counters = (per_example + 3) // 4
     step_seed = tf.cast(theta[step_seeds.KEY], tf.int64)
-    first = tf.constant(0, tf.int64) if axis in dims else step_seed[1]
     # Philox's key is the global step and the counters' high word names the
     # layer, so every (step, layer, example) has a run of counters of its
     # own. Set here rather than mixed by fold_in (two fold_ins were ~50 ops a
-    # call to trace) or by StatelessRandomGetKeyCounter (which mixes
-    # differently under XLA).
-    key = tf.bitcast(step_seed[:1], tf.uint64)
-    counter = tf.bitcast(tf.stack([first * counters, self._LayerWord()]), tf.uint64)
+    # call to trace) nor by StatelessRandomGetKeyCounter (which mixes
+    # differently under XLA). words: [step, first example's counter, layer].
+    words = tf.concat([step_seed * [1, 0 if axis in dims else counters],
+                       tf.constant([self._LayerWord()], tf.int64)], 0)
+    key, counter = tf.split(tf.bitcast(words, tf.uint64), [1, 2])
     bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=tf.reshape(noise[axis] * counters * 4, [1]), key=key,
-        counter=counter, alg=_PHILOX, dtype=tf.int32)
+        shape=tf.stack([noise[axis] * counters * 4]), key=key, counter=counter,
+        alg=_PHILOX, dtype=tf.int32)
     bits = tf.reshape(bits, [noise[axis], counters * 4])
     if not isinstance(per_example, int) or per_example % 4:
       bits = bits[:, :per_example]
-    bits = tf.reshape(bits, [noise[i] for i in order])
+    if rank != 2:  # at rank 2, [examples, per example] is the mask's shape
+      bits = tf.reshape(bits, [noise[i] for i in order])
     return tf.transpose(bits, [order.index(i) for i in range(rank)]) if axis else bits
 
-  def _LayerWord(self) -> tf.Tensor:
+  def _LayerWord(self) -> int:
     """The counters' high word of this layer: a 64-bit hash of its path and
     p.random_seed (as an int64)."""
     name = f'{self.path}\0{self.params.random_seed or 0}'.encode('utf-8')
-    word = int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), 'little',
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), 'little',
                           signed=True)
-    return tf.constant(word, tf.int64)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params,
