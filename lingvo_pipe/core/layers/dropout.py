@@ -99,7 +99,7 @@ class DropoutLayer(base_layer.BaseLayer):
     # Philox's key is the global step and the counters' high word names the
     # layer, so every (step, layer, example) has a run of counters of its
     # own. Set here rather than mixed by fold_in (two fold_ins were ~50 ops a
-    # call to trace) nor by StatelessRandomGetKeyCounter (which mixes
+    # call to trace) or by StatelessRandomGetKeyCounter (which mixes
     # differently under XLA). words: [step, first example's counter, layer].
     words = tf.concat([step_seed * [1, 0 if axis in dims else counters],
                        tf.constant([self._LayerWord()], tf.int64)], 0)
