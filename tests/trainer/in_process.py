@@ -10,22 +10,20 @@ trainer uses when they are enough for the model.
 
 import contextlib
 import io
-import os
 import subprocess
-from typing import Optional
 
 from absl import flags
 
+from tests import fresh_process
 from trainer import lingvo_flags
 from trainer import trainer
 
 PROGRAM = 'lingvo_pipe_trainer'
 
 
-def Run(*args: str, check: bool = True, cwd: Optional[str] = None
-        ) -> subprocess.CompletedProcess:
-  """Runs the trainer with command-line `args` in directory `cwd` (default:
-  this one); returns its exit status and what it printed.
+def Run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+  """Runs the trainer with command-line `args`; returns its exit status and
+  what it printed.
 
   Lingvo's flags are refused as Run() refuses them; flags absl cannot parse
   raise its error. With check, a non-zero status fails an AssertionError
@@ -38,7 +36,7 @@ def Run(*args: str, check: bool = True, cwd: Optional[str] = None
     print(f'error: {refusal}', file=stderr)
     status = 2
   else:
-    with _Flags(command), _Directory(cwd), contextlib.redirect_stdout(stdout), \
+    with _Flags(command), contextlib.redirect_stdout(stdout), \
         contextlib.redirect_stderr(stderr):
       try:
         status = trainer.Execute()
@@ -47,9 +45,8 @@ def Run(*args: str, check: bool = True, cwd: Optional[str] = None
   result = subprocess.CompletedProcess(command, status, stdout.getvalue(),
                                        stderr.getvalue())
   if check and status:
-    raise AssertionError(f'{" ".join(command)}\nexited with status {status}.\n'
-                         f'--- stderr ---\n{result.stderr[-3000:]}\n'
-                         f'--- stdout ---\n{result.stdout[-3000:]}')
+    raise AssertionError(fresh_process._Report(  # pylint: disable=protected-access
+        command, f'exited with status {status}', result.stderr, result.stdout))
   return result
 
 
@@ -63,13 +60,3 @@ def _Flags(argv):
   finally:
     flags.FLAGS.unparse_flags()
 
-
-@contextlib.contextmanager
-def _Directory(cwd: Optional[str]):
-  previous = os.getcwd()
-  if cwd:
-    os.chdir(cwd)
-  try:
-    yield
-  finally:
-    os.chdir(previous)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from lingvo_pipe import model_registry
+from tests.trainer import in_process
 from trainer import checkpoints
 from trainer import experiment_params
 from trainer import loop
-from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 

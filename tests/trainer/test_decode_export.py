@@ -19,8 +19,8 @@ from trainer import decoder
 from trainer import experiment_params
 from trainer import loop
 
-from tests.trainer import summaries
 from tests.trainer import in_process
+from tests.trainer import summaries
 
 MT = 'mt.ReverseBytesGPipe'
 TINY_LM = 'lm.StdlibBytesTiny'

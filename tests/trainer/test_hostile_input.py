@@ -6,9 +6,9 @@ import os
 import pytest
 
 from lingvo_pipe import model_registry
+from tests.trainer import in_process
 from trainer import experiment_params
 from trainer import param_checks
-from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 _OLD_PARAMS = 'an earlier run wrote this\n'

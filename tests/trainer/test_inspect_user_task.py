@@ -31,7 +31,6 @@ def test_bad_overrides_are_one_line_in_inspect_model(tmp_path):
 
 
 def test_a_task_that_trains_every_schedule_gets_them_all_weighed():
-  plan = in_process.Run('--model=lm.StdlibBytesTiny',
-                                 '--mode=inspect_model').stdout
+  plan = in_process.Run('--model=lm.StdlibBytesTiny', '--mode=inspect_model').stdout
   assert 'schedules weighed (the planner\'s that the model trains): GPIPE, ONE_F_ONE_B, INTERLEAVED;' in plan
   assert '1F1B' in plan

@@ -45,9 +45,9 @@ def test_trainer_py_holds_flags_and_the_table_only():
 @pytest.mark.parametrize('mode', ['inspect_params', 'inspect_model', 'train', 'eval',
                                   'profile', 'decode', 'export', 'worker'])
 def test_every_mode_refuses_a_bad_cluster_spec_alike(mode, tmp_path):
-  result = in_process.Run('--model=lm.StdlibBytesTiny',
-                                   f'--mode={mode}', f'--logdir={tmp_path / "run"}',
-                                   '--cluster_spec=garbage', check=False)
+  result = in_process.Run('--model=lm.StdlibBytesTiny', f'--mode={mode}',
+                          f'--logdir={tmp_path / "run"}', '--cluster_spec=garbage',
+                          check=False)
   assert result.returncode == 2, result.stdout
   assert result.stderr.strip() == (
       "error: Cluster spec part 'garbage' is not job=host:port,...; e.g. "

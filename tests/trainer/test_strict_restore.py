@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
+from tests.trainer import in_process
 from trainer import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
-from tests.trainer import in_process
 
 TINY = 'lm.StdlibBytesTiny'
 FOUR_LAYERS = 'task.stack.num_layers=4'
