@@ -10,7 +10,6 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from lingvo_pipe.core import import_path
 from lingvo_pipe.core import params_text
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
@@ -377,7 +376,7 @@ def _ParamsFromText(cls_path: Optional[str], items: dict) -> Params:
   if cls_path is None:
     p = Params()
   else:
-    cls = import_path.ImportByPath(cls_path)
+    cls = params_text.ImportClass(cls_path)
     if hasattr(cls, 'Params'):
       return cls.Params().Set(**items)
     p = InstantiableParams(cls)

@@ -124,6 +124,22 @@ def _Unparse(node: ast.AST) -> str:
     return f'{type(node).__name__}(...)'
 
 
+def ImportClass(path: str) -> type:
+  """The class at import path `path` (its module imported).
+
+  Raises:
+    TypeError: if `path` names something other than a class (a function, a
+      module's variable): the text names classes and enums only, so no text
+      calls a function or reads a value of a module.
+    ValueError, ImportError: if nothing is at `path`.
+  """
+  obj = import_path.ImportByPath(path)
+  if not isinstance(obj, type):
+    raise TypeError(f'{path} is a {type(obj).__name__}, not a class; the params '
+                    'text names classes and enums only.')
+  return obj
+
+
 def _DecodeCall(fn: str, args: list, make_params: MakeParams) -> Any:
   """Builds the value of one call of the grammar, e.g. dtype('float32')."""
   if fn == 'dtype' and len(args) == 1:
@@ -131,9 +147,12 @@ def _DecodeCall(fn: str, args: list, make_params: MakeParams) -> Any:
   if fn == 'float' and len(args) == 1 and isinstance(args[0], str):
     return float(args[0])
   if fn == 'cls' and len(args) == 1:
-    return import_path.ImportByPath(args[0])
+    return ImportClass(args[0])
   if fn == 'enum' and len(args) == 2:
-    return import_path.ImportByPath(args[0])[args[1]]
+    enum_cls = ImportClass(args[0])
+    if not issubclass(enum_cls, enum.Enum):
+      raise TypeError(f'{args[0]} is a class but not an enum; enum() names an Enum class.')
+    return enum_cls[args[1]]
   if fn == 'params' and len(args) == 2:
     return make_params(args[0], args[1])
   raise ValueError(f'unsupported call {fn}() with {len(args)} argument(s); '

@@ -253,6 +253,14 @@ def test_transformer_stack_round_trips():
     ("a_class : cls('lingvo_pipe.no_such.Thing')",
      r"Line 2 .*Cannot import 'lingvo_pipe\.no_such\.Thing'"),
     ("a_class : cls(3)", r'Line 2 .*cannot decode'),
+    # The text names classes and enums only: no function to call, no
+    # module variable to read (docs/security.md).
+    ("a_class : cls('os.system')",
+     r"Line 2 .*os\.system is a builtin_function_or_method, not a class"),
+    ("an_enum : enum('os.environ', 'HOME')", r'Line 2 .*os\.environ is a _Environ, not a class'),
+    ("an_enum : enum('lingvo_pipe.core.layers.containers.SequentialLayer', 'X')",
+     r'Line 2 .*SequentialLayer is a class but not an enum'),
+    ("params_list : [params('os.system', {})]", r'Line 2 .*os\.system is a .*, not a class'),
     ("params_list : [params(None, 3)]", r'Line 2 .*cannot decode'),
     ("params_list : [params('lingvo_pipe.core.layers.containers.ResidualLayer',"
      " {'bodyy': None})]", r"Line 2 .*Unknown param 'bodyy'"),
