@@ -3,6 +3,7 @@ with the trainer binary, waited for (bounded), always killed with their
 process group."""
 
 import contextlib
+import ipaddress
 import os
 import pathlib
 import signal
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 from tests import fresh_process
 
@@ -33,10 +34,37 @@ def FreePorts(n: int) -> List[int]:
       s.close()
 
 
+def Accepts(host: str, port: int) -> bool:
+  """Whether a TCP connection to host:port is accepted now."""
+  try:
+    with socket.create_connection((host, port), timeout=2.0):
+      return True
+  except OSError:
+    return False
+
+
+def ListeningAddresses(port: int) -> List[str]:
+  """The local addresses on which some process of this machine listens on
+  TCP `port` (Linux: read from /proc/net/tcp and tcp6)."""
+  found = []
+  for table, width in (('/proc/net/tcp', 4), ('/proc/net/tcp6', 16)):
+    with open(table) as f:
+      for row in f.readlines()[1:]:
+        local, state = row.split()[1], row.split()[3]
+        address, hex_port = local.split(':')
+        if state == '0A' and int(hex_port, 16) == port:  # 0A: LISTEN
+          words = bytes.fromhex(address)
+          # The kernel prints each 32-bit word in host (little-endian) order.
+          raw = b''.join(words[i:i + 4][::-1] for i in range(0, width, 4))
+          found.append(str(ipaddress.ip_address(raw)))
+  return found
+
+
 class Worker:
   """One worker process, its output in a file."""
 
-  def __init__(self, spec: str, task: int, log_dir: str, threads: int = 0) -> None:
+  def __init__(self, spec: str, task: int, log_dir: str, threads: int = 0,
+               flags: Sequence[str] = ()) -> None:
     self.task = task
     self.log_path = pathlib.Path(log_dir) / f'worker_{task}_{time.monotonic_ns()}.log'
     self._log = open(self.log_path, 'w')  # pylint: disable=consider-using-with
@@ -45,6 +73,7 @@ class Worker:
             f'--task={task}', f'--cluster_spec={spec}']
     if threads:
       args.append(f'--worker_threads={threads}')
+    args += flags
     self.process = subprocess.Popen(  # pylint: disable=consider-using-with
         args, cwd=fresh_process.ROOT, env=env, stdout=self._log,
         stderr=subprocess.STDOUT, start_new_session=True)

@@ -11,6 +11,10 @@ from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
 
 
+# The client's own job, as TensorFlow names it when it adds it itself.
+CLIENT_JOB = 'localhost'
+
+
 class WorkerUnreachableError(RuntimeError):
   """A worker task does not answer; the message names it and its address."""
 
@@ -22,6 +26,13 @@ def _Accepts(address: str, timeout_s: float) -> bool:
       return True
   except OSError:
     return False
+
+
+def _FreePort() -> int:
+  """A port that was free a moment ago (as TensorFlow picks the client's)."""
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(('', 0))
+    return s.getsockname()[1]
 
 
 def Refusing(config: ClusterConfig) -> List[int]:
@@ -75,22 +86,30 @@ def Probe(config: ClusterConfig, timeout_s: float) -> List[int]:
   return [t for t in range(len(threads)) if not answered.get(t, False)]
 
 
-def Connect(config: ClusterConfig, timeout_s: float) -> None:
+def Connect(config: ClusterConfig, timeout_s: float) -> int:
   """Waits for the workers, connects this process to the cluster
   (tf.config.experimental_connect_to_cluster) and checks that every task
   runs an op within timeout_s.
+
+  Returns:
+    The port of the server that connecting starts in this process (job
+    CLIENT_JOB; TensorFlow's eager client serves one, on every interface).
 
   Raises:
     WorkerUnreachableError: naming the tasks that did not come up or answer.
   """
   WaitForWorkers(config, timeout_s)
-  tf.config.experimental_connect_to_cluster(config.ToClusterSpec())
+  port = _FreePort()
+  spec = config.ToClusterSpec().as_dict()
+  spec[CLIENT_JOB] = [f'localhost:{port}']
+  tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec), job_name=CLIENT_JOB)
   silent = Probe(config, timeout_s)
   if silent:
     raise WorkerUnreachableError(
         f'{_Names(config, silent)} accepted a connection but ran no op within '
         f'{timeout_s:g} s; is it a TensorFlow worker of this cluster '
         f'(--mode=worker --cluster_spec={config.Flag()})?')
+  return port
 
 
 def Diagnose(config: ClusterConfig, timeout_s: float) -> Optional[str]:

@@ -28,12 +28,13 @@ def ClusterFromFlags(spec_flag: str, environ: Mapping[str, str]
 
 
 def RunWorker(spec_flag: str, task: int, environ: Mapping[str, str],
-              threads: int = 0) -> None:
-  """--mode=worker: serves task `task` (or TF_CONFIG's) until killed.
+              threads: int = 0, trusted: bool = False) -> None:
+  """--mode=worker: serves task `task` (or TF_CONFIG's) until killed;
+  beyond loopback only if `trusted` (--trust_cluster_network).
 
   Raises:
-    ValueError: without a cluster or task, for a task out of range, or a
-      port in use (worker.WorkerStartError).
+    ValueError: without a cluster or task, for a task out of range, an
+      untrusted address beyond loopback, or a port in use.
   """
   config = ClusterFromFlags(spec_flag, environ)
   if config is None:
@@ -46,7 +47,7 @@ def RunWorker(spec_flag: str, task: int, environ: Mapping[str, str],
     raise ValueError(f'--mode=worker needs --task=T, this worker\'s index in '
                      f'--cluster_spec ({len(config.Tasks())} task(s): '
                      f'0 to {len(config.Tasks()) - 1}).')
-  worker.Serve(config, task, threads)
+  worker.Serve(config, task, threads, trusted)
 
 
 @contextlib.contextmanager

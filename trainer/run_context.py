@@ -26,6 +26,7 @@ from trainer import cluster_client
 from trainer import cluster_run
 from trainer import experiment_params
 from trainer import loop
+from trainer import network_exposure
 from trainer import param_checks
 from trainer import run_summary
 
@@ -51,6 +52,7 @@ class Options:
   cluster_spec: str = ''
   task: int = -1
   worker_threads: int = 0
+  trust_cluster_network: bool = False
   worker_timeout_s: float = 20.0
   planner_budget_mb: int = 1024
   sample_bytes: int = 200
@@ -132,10 +134,15 @@ class RunContext:
             f'{len(self.cluster.Tasks())} worker task(s); start more workers, or '
             'lower num_replicas or the number of cells, or raise '
             'consecutive_cells_per_device.')
+      trusted = self.options.trust_cluster_network
       try:
-        cluster_client.Connect(self.cluster, self.options.worker_timeout_s)
-      except cluster_client.WorkerUnreachableError as e:
+        network_exposure.CheckTrusted(self.cluster.Tasks(), 'This client', trusted)
+        port = cluster_client.Connect(self.cluster, self.options.worker_timeout_s)
+      except (network_exposure.UntrustedNetworkError,
+              cluster_client.WorkerUnreachableError) as e:
         raise UserError(str(e)) from None
+      print(f'connected to {len(self.cluster.Tasks())} worker task(s); this client\'s '
+            f'{network_exposure.OpenPortNote(port, trusted)}', flush=True)
       return
     self.ConfigureLocalDevices()
 

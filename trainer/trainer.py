@@ -56,33 +56,29 @@ MODES: Dict[str, str] = {
 _WITHOUT_EXPERIMENT = frozenset({'worker'})
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('model', 'lm.StdlibBytesGPipe', 'Registered experiment key '
-                    '(any unique dotted suffix works), or pkg.module.ClassName '
-                    'of an experiment in your own module: pkg.module is '
-                    'imported from the working directory or PYTHONPATH.')
-flags.DEFINE_multi_string('import', [], 'A module to import before looking '
-                          'up --model (its experiments register themselves); '
-                          'repeatable. Found in the working directory or on '
-                          'PYTHONPATH.')
+flags.DEFINE_string('model', 'lm.StdlibBytesGPipe', 'Registered experiment key (any unique '
+                    'dotted suffix works), or pkg.module.ClassName of an experiment in your '
+                    'own module: pkg.module is imported from the working directory or PYTHONPATH.')
+flags.DEFINE_multi_string('import', [], 'A module to import before looking up --model (its '
+                          'experiments register themselves); repeatable. Found in the '
+                          'working directory or on PYTHONPATH.')
 flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES),
-                  'What to do: train, eval (the newest checkpoint), '
-                  'train_and_eval, inspect_params, inspect_model (cells, '
-                  'devices, costs, the planner\'s table), profile (a timeline '
-                  'of one step, nothing trained), decode, export (a '
-                  'SavedModel), worker (serve as task --task of --cluster_spec, '
-                  'docs/several_machines.md).')
+                  'What to do: train, eval (the newest checkpoint), train_and_eval, '
+                  "inspect_params, inspect_model (cells, devices, costs, the planner's table), "
+                  'profile (a timeline of one step, nothing trained), decode, export (a '
+                  'SavedModel), worker (serve as task --task of --cluster_spec on a port open '
+                  'to anyone who reaches it: docs/several_machines.md#security).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\" (items "
                     "separated by ';' or newlines; Lingvo's key : value works too).")
 flags.DEFINE_string('model_params_file_override', '', 'A file of "key : value" '
                     'lines (the params.txt format) applied before '
                     '--model_params_override.')
-flags.DEFINE_integer('max_steps', 0, 'Stop at this global step (0: the '
-                     "experiment's trainer.max_steps). The learning-rate "
-                     'schedule still follows trainer.max_steps, so a run '
-                     'stopped early and resumed equals one run.')
+flags.DEFINE_integer('max_steps', 0, "Stop at this global step (0: the experiment's "
+                     'trainer.max_steps). The learning-rate schedule still follows '
+                     'trainer.max_steps, so a run stopped early and resumed equals one run.')
 flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
 flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
                      'when there is no accelerator (0: as many as the model\'s '
@@ -94,23 +90,27 @@ flags.DEFINE_integer('task', -1, 'With --mode=worker: this worker\'s task '
                      'index (default: TF_CONFIG\'s task index).')
 flags.DEFINE_integer('worker_threads', 0, 'With --mode=worker: intra-op '
                      'threads of the worker (0: TensorFlow\'s default).')
-flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run '
-                   'with an error naming the worker when one does not answer '
-                   'for this long (checked all along the run, whatever the '
-                   'step time), and wait this long for the workers to come up.')
-flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines "
-                  '(INFO and up). Without it only FATAL ones show, or those '
-                  'at and above TF_CPP_MIN_LOG_LEVEL when that is set.')
+flags.DEFINE_bool('trust_cluster_network', False, 'Let a worker, or a client of its cluster, '
+                  "open TensorFlow's port where --cluster_spec names addresses beyond "
+                  'loopback. That port listens on every interface and authenticates and '
+                  'encrypts nothing: whoever reaches it runs code in the process. Pass it '
+                  'only on a private network or behind a firewall that admits only the '
+                  "cluster's machines (docs/several_machines.md#security).")
+flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run with an error '
+                   'naming the worker when one does not answer for this long (checked all '
+                   'along the run, whatever the step time), and wait this long for the '
+                   'workers to come up.')
+flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines (INFO and up). Without "
+                  'it only FATAL ones show, or those at and above TF_CPP_MIN_LOG_LEVEL if set.')
 flags.DEFINE_integer('planner_budget_mb', 1024, 'inspect_model: memory of '
                      'each device for the planner\'s table, in MiB.')
 flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
                      'model, print a sample of this many bytes (0: none).')
-flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text '
-                    '(one example per line: a sentence to translate, a prompt '
-                    'to continue) instead of the dev split.')
-flags.DEFINE_bool('export_keep_devices', False, 'In --mode=export, keep each '
-                  "pipeline cell's device placement in the SavedModel (default: "
-                  'cleared, so it runs on whatever devices the loader has).')
+flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text (one example per '
+                    'line: a sentence to translate, a prompt to continue), not the dev split.')
+flags.DEFINE_bool('export_keep_devices', False, "In --mode=export, keep each pipeline cell's "
+                  'device placement in the SavedModel (default: cleared, so it runs on '
+                  'whatever devices the loader has).')
 
 
 _OWN_FLAGS = [name for name in FLAGS if name not in _ABSL_FLAGS]

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline import cluster_spec
 from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
+from trainer import network_exposure
 
 
 class WorkerStartError(ValueError):
@@ -41,15 +42,17 @@ def ServerConfig(threads: int) -> tf.compat.v1.ConfigProto:
                                   if threads else 0)
 
 
-def StartServer(config: ClusterConfig, task: int,
-                threads: int = 0) -> tf.distribute.Server:
-  """Starts the tf.distribute.Server of worker `task`.
+def StartServer(config: ClusterConfig, task: int, threads: int = 0,
+                trusted: bool = False) -> tf.distribute.Server:
+  """Starts the tf.distribute.Server of worker `task`; beyond loopback
+  only if `trusted` (network_exposure.TRUST_FLAG).
 
   Raises:
     ValueError: for a task index out of range.
+    network_exposure.UntrustedNetworkError: beyond loopback, not trusted.
     WorkerStartError: if its port is in use.
   """
-  config.Address(task)  # the range check, with the cluster in the message
+  network_exposure.CheckTrusted([config.Address(task)], f'Worker task {task}', trusted)
   CheckPortFree(config, task)
   try:
     return tf.distribute.Server(config.ToClusterSpec(),
@@ -66,12 +69,12 @@ def _Print(line: str) -> None:
   print(line, flush=True)
 
 
-def Serve(config: ClusterConfig, task: int, threads: int = 0,
+def Serve(config: ClusterConfig, task: int, threads: int = 0, trusted: bool = False,
           log: Callable[[str], None] = _Print) -> None:
-  """Starts worker `task`, says one line that it is ready and where, and
-  serves until the process is stopped."""
-  server = StartServer(config, task, threads)
+  """Starts worker `task`, says in one line that it is ready, where, and
+  what its port lets in, and serves until the process is stopped."""
+  server = StartServer(config, task, threads, trusted)
   log(f'worker task {task} of {len(config.Tasks())} ready at '
       f'{config.Address(task)} (pid {os.getpid()}, server {server.target}); '
-      'waiting for a client')
+      f'waiting for a client; {network_exposure.OpenPortNote(config.Port(task), trusted)}')
   server.join()

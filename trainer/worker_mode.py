@@ -13,6 +13,6 @@ def Run(ctx: run_context.RunContext) -> None:
   options = ctx.options
   try:
     cluster_run.RunWorker(options.cluster_spec, options.task, os.environ,
-                          options.worker_threads)
+                          options.worker_threads, options.trust_cluster_network)
   except ValueError as e:
     raise UserError(str(e)) from None

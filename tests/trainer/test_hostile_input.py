@@ -53,6 +53,18 @@ CASES = {
     'malformed_params_file': (['--model_params_file_override=TMP/bad_params.txt'],
                               'Line 2 of params text'),
     'unknown_experiment': (['--model=lm.NoSuchExperiment'], "Unknown experiment"),
+    # Params text names classes and enums, never a function or a module's
+    # variable (docs/security.md).
+    'function_as_class': (["--model_params_override=task.cls=cls('os.system')"],
+                          'os.system is a builtin_function_or_method, not a class'),
+    'module_variable_as_enum': (['--model_params_file_override=TMP/environ_params.txt'],
+                                'os.environ is a _Environ, not a class'),
+    # Checked before the client connects; the worker's refusal is in
+    # test_network_exposure.
+    'cluster_beyond_loopback': (
+        ['--cluster_spec=worker=192.0.2.1:2222,192.0.2.1:2223'],
+        'This client would open a TensorFlow port that other machines reach (192.0.2.1:2222, '
+        '192.0.2.1:2223 are not loopback addresses)'),
     'empty_data_file': (["--model_params_override=train.file_pattern=TMP/data/empty.txt"],
                         'Input has 0 bytes'),
     'data_is_a_directory': (["--model_params_override=train.file_pattern=TMP/data/dir.txt"],
@@ -66,7 +78,8 @@ CASES = {
 }
 # make test runs these; the slow variant runs all CASES.
 SHORT = ['negative_max_steps', 'nan_learning_rate', 'malformed_params_file',
-         'data_is_a_directory', 'micro_batches_do_not_divide']
+         'data_is_a_directory', 'micro_batches_do_not_divide', 'function_as_class',
+         'module_variable_as_enum', 'cluster_beyond_loopback']
 
 
 def _MakeData(tmp_path):
@@ -75,6 +88,8 @@ def _MakeData(tmp_path):
   (data / 'empty.txt').write_bytes(b'')
   (data / 'dir.txt').mkdir()
   (tmp_path / 'bad_params.txt').write_text('trainer.max_steps : 3\ntrainer.seed = 4\n')
+  (tmp_path / 'environ_params.txt').write_text(
+      "task.stack.pipeline.remat : enum('os.environ', 'HOME')\n")
 
 
 def _Check(name, tmp_path):

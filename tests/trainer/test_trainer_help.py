@@ -13,5 +13,9 @@ def test_help_lists_the_trainers_flags(tmp_path: pathlib.Path):
                '--max_steps:', '--decode_prompt:', '--cluster_spec:'):
     assert flag in out, flag
   assert 'pkg.module.ClassName' in out and 'inspect_model' in out
+  # Serving as a worker opens a port to anyone who reaches it; the help says so.
+  text = ' '.join(out.split())
+  assert 'on a port open to anyone who reaches it: docs/several_machines.md#security' in text
+  assert 'authenticates and encrypts nothing' in text and '--trust_cluster_network:' in out
   assert '--helpfull' in out
   assert not result.stderr.strip(), result.stderr

@@ -5,6 +5,7 @@ Real `--mode=worker` processes on free loopback ports (tests/worker_cluster:
 always killed, also when a test fails); the client is the trainer binary.
 """
 
+import ipaddress
 import re
 import signal
 import subprocess
@@ -83,7 +84,7 @@ def test_hung_worker_ends_the_client_within_the_bound(tmp_path):
   with worker_cluster.Running(2) as cluster:
     client = _Client(cluster.spec, str(tmp_path), '--max_steps=100000000')
     try:
-      _WaitForStep(client, 40)
+      _AssertClientPortSaid(_WaitForStep(client, 40))
       cluster.workers[1].Signal(signal.SIGSTOP)
       stopped = time.monotonic()
       code, _, err = _Finish(client, BOUND_S + 30)
@@ -95,6 +96,16 @@ def test_hung_worker_ends_the_client_within_the_bound(tmp_path):
   assert f'worker task 1 (localhost:{cluster.ports[1]}) did not answer for 5 s' in line
   assert 'ckpt-' in line  # where the run resumes
   assert elapsed < BOUND_S, elapsed
+
+
+def _AssertClientPortSaid(output: str) -> None:
+  """The client's line on connecting names the port that connecting opened
+  in it (docs/several_machines.md#security), open on every interface."""
+  match = re.search(r"connected to 2 worker task\(s\); this client's port (\d+) is open "
+                    r'on every interface of this machine .* with no authentication', output)
+  assert match, output
+  listening = worker_cluster.ListeningAddresses(int(match.group(1)))
+  assert listening and all(ipaddress.ip_address(a).is_unspecified for a in listening)
 
 
 def _Overrides(more: str) -> str:
