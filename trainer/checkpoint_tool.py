@@ -99,7 +99,8 @@ def _Other(key: str, spec) -> str:
   return f'{key.split("/.ATTRIBUTES/")[0]} (input position)' if 'ITERATOR' in key else key
 
 
-def _Parser() -> argparse.ArgumentParser:
+def Parser() -> argparse.ArgumentParser:
+  """The command line of lingvo_pipe_checkpoint."""
   parser = argparse.ArgumentParser(
       prog='lingvo_pipe_checkpoint', description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
@@ -120,9 +121,17 @@ def _Parser() -> argparse.ArgumentParser:
 
 
 def Main(argv: Optional[Sequence[str]] = None) -> int:
-  """Runs the command; returns the exit status."""
-  args = _Parser().parse_args(argv)
+  """The console script: parses argv, keeps TensorFlow's C++ start-up lines
+  off stderr, and runs the command; returns the exit status."""
+  args = Parser().parse_args(argv)
   _Quiet()
+  return Execute(args)
+
+
+def Execute(args: argparse.Namespace) -> int:
+  """Runs the command of parsed `args` (Parser) without touching stderr's
+  file descriptor, so a Python caller keeps its own; returns the exit
+  status (2 after a UsageError's one line)."""
   try:
     if args.command == 'list':
       print('\n'.join(ListLines(args.path)))

@@ -5,8 +5,11 @@ checkpointed, cell-indexed names) stops the trainer with one line naming
 slots, optimizer state, step and input position carry over, so training on
 from it equals training on from the same state saved today."""
 
+import contextlib
 import hashlib
+import io
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -14,8 +17,10 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from tests import fresh_process
+from tests.trainer import in_process
 from tests.trainer import summaries
 from trainer import checkpoint_keys
+from trainer import checkpoint_tool
 from trainer import experiment_params
 from trainer import loop
 
@@ -24,13 +29,23 @@ OVERRIDES = 'trainer.steps_per_loop=2'
 
 
 def _Tool(*args, check=True):
+  """The tool run in the test process (its own process only where its
+  quiet start is what is tested: _FreshTool)."""
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    status = checkpoint_tool.Execute(checkpoint_tool.Parser().parse_args(args))
+  result = subprocess.CompletedProcess(args, status, stdout.getvalue(), stderr.getvalue())
+  assert status == 0 or not check, result
+  return result
+
+
+def _FreshTool(*args, check=True):
   return fresh_process.RunPython('-m', 'trainer.checkpoint_tool', *args, check=check)
 
 
 def _Trainer(*args, check=True):
-  return fresh_process.RunPython('-m', 'trainer.trainer', f'--model={TINY}',
-                                 '--mode=train', f'--model_params_override={OVERRIDES}',
-                                 *args, check=check)
+  return in_process.Run(f'--model={TINY}', '--mode=train',
+                        f'--model_params_override={OVERRIDES}', *args, check=check)
 
 
 def _Snapshot(directory):
@@ -84,7 +99,7 @@ def runs(tmp_path_factory):
 
 def test_list_prints_variables_slots_and_step_quietly(runs):
   today = runs[0]
-  result = _Tool('list', str(today))
+  result = _FreshTool('list', str(today))
   lines = result.stdout.splitlines()
   assert lines[0] == f'{today}/checkpoints/ckpt-2  global step 2'
   assert lines[1].split() == ['variable', 'shape', 'dtype', 'slots']
