@@ -149,7 +149,7 @@ def CheckMatches(path: str, variables: Mapping[str, tf.Variable],
     parsed = ParseModelKey(key)
     if parsed is not None:
       (ckpt_values if parsed[1] is None else ckpt_slots)[key] = spec
-  name = _Name(path)
+  name = DisplayName(path)
   old = OldFormatPaths(ckpt_values)
   if old:
     raise OldFormatError(
@@ -230,7 +230,8 @@ def ShortName(key: str) -> str:
   return path if slot is None else f'{path} (slot {slot})'
 
 
-def _Name(path: str) -> str:
+def DisplayName(path: str) -> str:
+  """'ckpt-8 in logdir/checkpoints' for checkpoint prefix `path`."""
   return f'{os.path.basename(path)} in {os.path.dirname(path) or "."}'
 
 

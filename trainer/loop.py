@@ -25,6 +25,7 @@ from trainer import checkpoint_keys
 from trainer import checkpoints
 from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
+from trainer import train_input_state
 from trainer import warm_start
 
 
@@ -75,7 +76,8 @@ class Trainer:
     # checkpoint loads under any layout (checkpoint_keys.py has the keys).
     self.model_variables = variable_paths.VariablesByPath(self.task)
     state = dict(model=variable_paths.Nested(self.model_variables),
-                 global_step=self.global_step, train_iterator=self.train_iterator)
+                 global_step=self.global_step, train_iterator=self.train_iterator,
+                 train_input_params=train_input_state.ParamsVariable(params.train))
     # float16: the loss scale and its count, checkpointed (loss_scale.py).
     self.loss_scale = loss_scale_lib.FromParams(self.tp)
     if self.loss_scale is not None:
@@ -129,6 +131,8 @@ class Trainer:
       reset = self.tp.reset_optimizer_state and checkpoints.ResetsOptimizer(
           path, self.logdir)
       checkpoint_keys.CheckMatches(path, self.model_variables, slot_names, reset)
+      if not read_only:  # only training reads on from the input position
+        train_input_state.CheckSameInput(path, self.params.train)
       if not reset:
         return self.checkpoint
       reset_at.append(path)
@@ -236,8 +240,11 @@ class Trainer:
     written: e.g. a schedule its FProp cannot train."""
     self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
 
-  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None) -> bool:
-    """Trains until global step max_steps, a loop of steps at a time.
+  def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None,
+            before_first_save: Optional[Callable[[], None]] = None) -> bool:
+    """Trains until global step max_steps, a loop of steps at a time;
+    calls after_loop after each loop, and before_first_save once, after the
+    first loop that ran a step and before its checkpoint is saved.
 
     Returns:
       False if stop_requested ended the run early (after the step under way
@@ -277,6 +284,9 @@ class Trainer:
         self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
                        elapsed / ran, skipped, metrics, not self._step_built)
         self._step_built = True
+        if before_first_save is not None:
+          before_first_save()
+          before_first_save = None
       if (tp.save_interval_steps <= 0 or step % tp.save_interval_steps < todo or
           step >= max_steps or bool(self.stop_requested.numpy())):
         self._Save(step)

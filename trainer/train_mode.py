@@ -1,7 +1,8 @@
 """--mode=train, eval and train_and_eval.
 
-Only a mode that trains writes logdir/params.txt, and only when it runs a
-step: the file then describes what trained the checkpoints beside it.
+Only a mode that trains writes logdir/params.txt, and only once a step has
+run with its params, before that step's checkpoint: the file then
+describes what trained the newest checkpoint beside it.
 SIGTERM and SIGINT end training after the step under way with a checkpoint
 at that step (exit status 128 + the signal); see docs/reliability.md.
 """
@@ -62,11 +63,13 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
       trainer_obj.TraceTraining()
   except ValueError as e:
     raise UserError(str(e)) from None
-  WriteParamsText(ctx.params, ctx.logdir)
   with signals.GracefulStop(trainer_obj.stop_requested) as stop:
     try:
       with ctx.Supervised(trainer_obj):
-        done = trainer_obj.Train(ctx.max_steps, after_loop)
+        # params.txt names what trained the checkpoints beside it: written
+        # once a step ran with these params, before that step's checkpoint.
+        done = trainer_obj.Train(ctx.max_steps, after_loop,
+                                 lambda: WriteParamsText(ctx.params, ctx.logdir))
     except loop.NonFiniteLossError as e:
       raise UserError(str(e)) from None
   if not done:
