@@ -51,6 +51,11 @@ def TrainerParams() -> hyperparams.Params:
            '(an endless input then never ends).')
   p.Define('decode_interval_steps', 0, 'In train_and_eval, also decode the '
            'dev split every this many steps, for tasks that can (0: never).')
+  p.Define('eval_interval_steps', 0, 'In train and train_and_eval, also '
+           'evaluate on the dev split (eval_steps batches, summaries under '
+           'logdir/eval) every this many steps, as Lingvo\'s evaler does '
+           'beside its trainer (0: never; train_and_eval still evaluates at '
+           'the end).')
   p.Define('learning_rate', 1e-3, 'Peak learning rate.')
   p.Define('optimizer', OptimizerKind.ADAM, 'An OptimizerKind.')
   p.Define('momentum', 0.9, 'Momentum of MOMENTUM and RMSPROP.')

@@ -16,6 +16,7 @@ def test_trainer_params_defaults():
       'eval_steps': 10,
       'decode_steps': 10,
       'decode_interval_steps': 0,
+      'eval_interval_steps': 0,
       'learning_rate': 1e-3,
       'optimizer': base_experiment.OptimizerKind.ADAM,
       'momentum': 0.9,
@@ -40,7 +41,8 @@ def test_trainer_params_round_trip_through_text():
   changed = base_experiment.TrainerParams().Set(
       max_steps=7, steps_per_loop=3, save_interval_steps=6,
       max_checkpoints_to_keep=2, keep_checkpoint_every_n_hours=0.5,
-      eval_steps=4, decode_steps=2, decode_interval_steps=50, learning_rate=0.25,
+      eval_steps=4, decode_steps=2, decode_interval_steps=50, eval_interval_steps=20,
+      learning_rate=0.25,
       optimizer=base_experiment.OptimizerKind.RMSPROP, momentum=0.5,
       lr_schedule=base_experiment.LrSchedule.WARMUP_RSQRT, warmup_steps=9,
       clip_gradient_norm_to_value=1.5,

@@ -17,6 +17,7 @@ from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.tasks import decoding
+from trainer import step_hooks
 
 # Examples printed on the console per decode.
 _SHOWN_EXAMPLES = 3
@@ -149,18 +150,10 @@ class Decoder:
     return metrics
 
 
-def EveryNSteps(trainer_obj, interval: int) -> Callable[[], None]:
+def EveryNSteps(trainer_obj, interval: int) -> step_hooks.EveryNSteps:
   """An after_loop hook of loop.Trainer.Train that decodes when the global
   step has passed a multiple of `interval` since the last decode."""
-  decoder = Decoder(trainer_obj)
-  last = [int(decoder.trainer.global_step.numpy()) // interval]
-
-  def AfterLoop() -> None:
-    mark = int(decoder.trainer.global_step.numpy()) // interval
-    if mark > last[0]:
-      last[0] = mark
-      decoder.Run()
-  return AfterLoop
+  return step_hooks.EveryNSteps(trainer_obj.global_step, interval, Decoder(trainer_obj).Run)
 
 
 def PrintSample(trainer_obj, num_bytes: int, log: Callable[[str], None] = print) -> None:

@@ -23,7 +23,7 @@ _POSITIVE_INT = re.compile(
 _NON_NEGATIVE_INT = re.compile(
     r'^(save_interval_steps|warmup_steps|num_logical_devices|batch_dim|'
     r'micro_batch_size|num_partitions|max_decode_len|decode_steps|decode_interval_steps|'
-    r'top_k|loop_min_micro_batches)$')
+    r'eval_interval_steps|top_k|loop_min_micro_batches)$')
 _NON_NEGATIVE_FLOAT = re.compile(
     r'^(keep_checkpoint_every_n_hours|clip_gradient_norm_to_value)$')
 _POSITIVE_FLOAT = re.compile(r'^(learning_rate)$')

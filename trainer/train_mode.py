@@ -18,6 +18,7 @@ from trainer import loop
 from trainer import optimizers
 from trainer import run_context
 from trainer import signals
+from trainer import step_hooks
 from trainer.run_context import UserError
 
 PARAMS_FILE = 'params.txt'
@@ -85,6 +86,7 @@ def Run(ctx: run_context.RunContext) -> None:
   """Trains and/or evaluates, as ctx.options.mode says."""
   mode, params = ctx.options.mode, ctx.params
   decode_every = params.trainer.decode_interval_steps
+  eval_every = params.trainer.eval_interval_steps if mode != 'eval' else 0
   if mode == 'train_and_eval' and decode_every > 0:
     try:
       decoder.CheckCanDecode(params, ctx.options.model)
@@ -92,19 +94,27 @@ def Run(ctx: run_context.RunContext) -> None:
       raise UserError(f'trainer.decode_interval_steps is set but {e}') from None
   ctx.PrepareLogdir()
   ctx.ConfigureDevices()
-  if mode in ('eval', 'train_and_eval'):
+  if mode in ('eval', 'train_and_eval') or eval_every > 0:
     _CheckEvalInput(params)
   trainer_obj = ctx.NewTrainer()
   ctx.Restore(trainer_obj)
+  evaluate = None
   if mode in ('train', 'train_and_eval'):
-    after_loop = None
+    hooks = []
+    if eval_every > 0:
+      evaluate = step_hooks.EveryNSteps(trainer_obj.global_step, eval_every,
+                                        lambda: trainer_obj.Eval('dev'))
+      hooks.append(evaluate)
     if mode == 'train_and_eval' and decode_every > 0:
-      after_loop = decoder.EveryNSteps(trainer_obj, decode_every)
-    _TrainUntilDoneOrStopped(ctx, trainer_obj, after_loop)
+      hooks.append(decoder.EveryNSteps(trainer_obj, decode_every))
+    _TrainUntilDoneOrStopped(ctx, trainer_obj, step_hooks.Chain(hooks))
   if mode in ('eval', 'train_and_eval'):
     if mode == 'eval' and not trainer_obj.manager.latest_checkpoint:
       raise UserError(f'No checkpoint in {ctx.logdir!r} to evaluate; train first.')
-    with ctx.Supervised(trainer_obj):
-      trainer_obj.Eval('dev')
+    evaluated = evaluate is not None and evaluate.last_step == int(
+        trainer_obj.global_step.numpy())
+    if not evaluated:  # the interval's evaluation may have just run at this step
+      with ctx.Supervised(trainer_obj):
+        trainer_obj.Eval('dev')
   if mode == 'train_and_eval' and ctx.options.sample_bytes > 0:
     decoder.PrintSample(trainer_obj, ctx.options.sample_bytes)
