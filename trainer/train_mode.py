@@ -37,7 +37,7 @@ def WriteParamsText(params: hyperparams.Params, logdir: str) -> None:
                     '--logdir.') from None
 
 
-def _CheckEvalInput(params: hyperparams.Params) -> None:
+def CheckEvalInput(params: hyperparams.Params) -> None:
   """Reads the dev input now, so a bad eval file fails before training."""
   try:
     params.dev.Instantiate()
@@ -95,7 +95,7 @@ def Run(ctx: run_context.RunContext) -> None:
   ctx.PrepareLogdir()
   ctx.ConfigureDevices()
   if mode in ('eval', 'train_and_eval') or eval_every > 0:
-    _CheckEvalInput(params)
+    CheckEvalInput(params)
   trainer_obj = ctx.NewTrainer()
   ctx.Restore(trainer_obj)
   evaluate = None

@@ -4,15 +4,14 @@
       --mode=train_and_eval
   lingvo_pipe_trainer --model=my_exps.MlpGPipe --mode=train   # ./my_exps.py
 
-Modes: train, eval, train_and_eval, inspect_params, inspect_model, profile
-(a pipeline timeline of one training step), decode, export (a SavedModel)
-and worker (a task of --cluster_spec serving a client's cells). This file
-holds the flags and the table of modes; each mode is a module of trainer/
-that reads one RunContext (trainer/run_context.py). User errors (unknown
-model, bad override, unwritable logdir, missing data) end the program with
-one line on stderr and exit code 2, without a traceback. SIGTERM and SIGINT
-end training after the step under way with a checkpoint at that step (exit
-code 128 + the signal); see docs/reliability.md.
+Modes: train, eval, train_and_eval, evaler (each checkpoint of a training run as it is
+written), inspect_params, inspect_model, profile (a pipeline timeline of one training step),
+decode, export (a SavedModel) and worker (a task of --cluster_spec serving a client's cells).
+This file holds the flags and the table of modes; each mode is a module of trainer/ that
+reads one RunContext (trainer/run_context.py). User errors (unknown model, bad override,
+unwritable logdir, missing data) end the program with one line on stderr and exit code 2,
+without a traceback. SIGTERM and SIGINT end training after the step under way with a
+checkpoint at that step (exit code 128 + the signal); see docs/reliability.md.
 """
 
 import dataclasses
@@ -45,6 +44,7 @@ MODES: Dict[str, str] = {
     'train': 'trainer.train_mode',
     'eval': 'trainer.train_mode',
     'train_and_eval': 'trainer.train_mode',
+    'evaler': 'trainer.evaler_mode',
     'inspect_params': 'trainer.inspect_mode',
     'inspect_model': 'trainer.inspect_mode',
     'profile': 'trainer.profile_mode',
@@ -65,11 +65,12 @@ flags.DEFINE_multi_string('import', [], 'A module to import before looking up --
 flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES),
-                  'What to do: train, eval (the newest checkpoint), train_and_eval, '
-                  "inspect_params, inspect_model (cells, devices, costs, the planner's table), "
-                  'profile (a timeline of one step, nothing trained), decode, export (a '
-                  'SavedModel), worker (serve as task --task of --cluster_spec on a port open '
-                  'to anyone who reaches it: docs/several_machines.md#security).')
+                  'What to do: train, eval (the newest checkpoint), train_and_eval, evaler (each '
+                  'checkpoint in --logdir as it is written, until --max_steps), inspect_params, '
+                  "inspect_model (cells, devices, costs, the planner's table), profile (a timeline "
+                  'of one step, nothing trained), decode, export (a SavedModel), worker (serve as '
+                  'task --task of --cluster_spec on a port open to anyone who reaches it: '
+                  'docs/several_machines.md#security).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\" (items "
                     "separated by ';' or newlines; Lingvo's key : value works too).")
@@ -80,9 +81,8 @@ flags.DEFINE_integer('max_steps', 0, "Stop at this global step (0: the experimen
                      'trainer.max_steps). The learning-rate schedule still follows '
                      'trainer.max_steps, so a run stopped early and resumed equals one run.')
 flags.DEFINE_integer('seed', -1, 'Random seed (-1: the experiment\'s).')
-flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create '
-                     'when there is no accelerator (0: as many as the model\'s '
-                     'pipelines need, at least 1).')
+flags.DEFINE_integer('num_logical_devices', 0, 'Logical CPU devices to create when there is '
+                     "no accelerator (0: as many as the model's pipelines need, at least 1).")
 flags.DEFINE_string('cluster_spec', '', 'The cells\' worker tasks, '
                     '"worker=host:port,host:port" (default: TF_CONFIG\'s '
                     'cluster, if set; empty: cells on local devices).')

@@ -14,7 +14,7 @@ from tests.trainer import your_experiment
     (['--mode=shell'], ['--mode=shell: pass --mode=inspect_params']),
     (['--mode=write_inference_graph'], ['pass --mode=export']),
     (['-run_locally=cpu'], ['--run_locally: a run is local unless --cluster_spec']),
-    (['--job=evaler_dev,evaler_test'], ['--job: one process', 'eval for the evalers']),
+    (['--job=evaler_dev,evaler_test'], ['--job: one process', 'evaler for an evaler beside it']),
     (['--worker_gpus', '1', '--tpu=grpc://host:8470'],
      ['--worker_gpus: cells are placed', '--tpu: TPUs are not supported']),
     (['--worker_replicas=2'], ["the pipeline's num_replicas"]),
