@@ -56,6 +56,14 @@ def TrainerParams() -> hyperparams.Params:
            'logdir/eval) every this many steps, as Lingvo\'s evaler does '
            'beside its trainer (0: never; train_and_eval still evaluates at '
            'the end).')
+  p.Define('best_checkpoint_metric', '', 'Keep a copy of the checkpoint with '
+           'the best value of this eval metric (e.g. \'loss\') in logdir/best, '
+           'apart from max_checkpoints_to_keep, wherever a checkpoint is '
+           'evaluated while training (eval_interval_steps, train_and_eval\'s '
+           'end) or by --mode=evaler; \'\': none.')
+  p.Define('best_checkpoint_higher_is_better', False, 'For '
+           'best_checkpoint_metric: higher values are better (accuracy, BLEU), '
+           'not lower (loss).')
   p.Define('learning_rate', 1e-3, 'Peak learning rate.')
   p.Define('optimizer', OptimizerKind.ADAM, 'An OptimizerKind.')
   p.Define('momentum', 0.9, 'Momentum of MOMENTUM and RMSPROP.')

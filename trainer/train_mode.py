@@ -13,6 +13,7 @@ import tempfile
 from typing import Callable, Optional
 
 from lingvo_pipe.core import hyperparams
+from trainer import best_checkpoint
 from trainer import decoder
 from trainer import loop
 from trainer import optimizers
@@ -82,6 +83,20 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
     sys.exit(128 + signum)
 
 
+def _EvalKeepingBest(trainer_obj: loop.Trainer,
+                     best: Optional[best_checkpoint.BestCheckpoint]) -> None:
+  """Evaluates on the dev split; with `best`, the newest checkpoint becomes
+  the best if it is at this step and its metric beats the kept one."""
+  metrics = trainer_obj.Eval('dev')
+  newest = trainer_obj.manager.latest_checkpoint
+  step = int(trainer_obj.global_step.numpy())
+  if best is not None and newest and newest.endswith(f'ckpt-{step}'):
+    try:
+      best.Consider(newest, step, metrics)
+    except best_checkpoint.UnknownMetricError as e:
+      raise UserError(str(e)) from None
+
+
 def Run(ctx: run_context.RunContext) -> None:
   """Trains and/or evaluates, as ctx.options.mode says."""
   mode, params = ctx.options.mode, ctx.params
@@ -99,11 +114,12 @@ def Run(ctx: run_context.RunContext) -> None:
   trainer_obj = ctx.NewTrainer()
   ctx.Restore(trainer_obj)
   evaluate = None
+  best = best_checkpoint.FromParams(ctx.logdir, params.trainer, trainer_obj.log)
   if mode in ('train', 'train_and_eval'):
     hooks = []
     if eval_every > 0:
       evaluate = step_hooks.EveryNSteps(trainer_obj.global_step, eval_every,
-                                        lambda: trainer_obj.Eval('dev'))
+                                        lambda: _EvalKeepingBest(trainer_obj, best))
       hooks.append(evaluate)
     if mode == 'train_and_eval' and decode_every > 0:
       hooks.append(decoder.EveryNSteps(trainer_obj, decode_every))
@@ -115,6 +131,6 @@ def Run(ctx: run_context.RunContext) -> None:
         trainer_obj.global_step.numpy())
     if not evaluated:  # the interval's evaluation may have just run at this step
       with ctx.Supervised(trainer_obj):
-        trainer_obj.Eval('dev')
+        _EvalKeepingBest(trainer_obj, best if mode == 'train_and_eval' else None)
   if mode == 'train_and_eval' and ctx.options.sample_bytes > 0:
     decoder.PrintSample(trainer_obj, ctx.options.sample_bytes)

@@ -71,6 +71,6 @@ def test_a_checkpoint_removed_before_it_is_read_is_skipped_with_one_line(tmp_pat
   lines = []
   trainer = loop.Trainer(params, str(tmp_path), log=lines.append)
   gone = str(tmp_path / 'checkpoints' / 'ckpt-3')
-  assert not evaler_mode._Evaluate(trainer, trainer.checkpoint, gone)  # pylint: disable=protected-access
+  assert evaler_mode._Evaluate(trainer, trainer.checkpoint, gone) is None  # pylint: disable=protected-access
   assert lines == ['Skipped ckpt-3: the trainer removed it (trainer.max_checkpoints_to_keep) '
                    'before it was read.']
