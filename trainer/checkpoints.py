@@ -299,9 +299,12 @@ def _Restore(checkpoint: tf.train.Checkpoint, path: str) -> Optional[str]:
   try:
     status.assert_existing_objects_matched()
   except AssertionError as e:
+    status.expect_partial()  # the refusal says it all; no warnings at exit
+    names = re.findall(r"<tf\.Variable '([^']+)'", str(e))
+    missing = f'no value for {", ".join(names)}' if names else _Reason(e)
     raise checkpoint_keys.CheckpointMismatchError(
         f'Checkpoint {os.path.basename(path)} in {os.path.dirname(path)} lacks part of '
-        f'the training state ({_Reason(e)}); it is intact and was not changed. '
+        f'the training state ({missing}); it is intact and was not changed. '
         'Run with the trainer params it was trained with (e.g. the same '
         'trainer.loss_scaling).') from None
   # The model's variables were checked key by key (`check`) and all matched

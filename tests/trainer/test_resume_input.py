@@ -1,8 +1,9 @@
 """A resume reads on from the input position only with the train input
 params it was saved with: any other is refused in one line before anything
 is written (tf.data would rebuild the saved pipeline: the old input, or a
-failure at the first batch), and params.txt is written once a step has run
-with its params, before that step's checkpoint."""
+failure at the first batch); every other param a user may change between
+runs trains on or is refused in one line; and params.txt is written once a
+step has run with its params, before that step's checkpoint."""
 
 import hashlib
 import os
@@ -67,6 +68,44 @@ def test_other_train_input_params_are_refused_and_change_nothing(trained, tmp_pa
   assert _Snapshot(logdir) == before
 
 
+_OPTIMIZER = "enum('lingvo_pipe.base_experiment.OptimizerKind', 'SGD')"
+_SCHEDULE = "enum('lingvo_pipe.base_experiment.LrSchedule', 'COSINE')"
+_DYNAMIC = "enum('lingvo_pipe.base_experiment.LossScaling', 'DYNAMIC')"
+
+
+# Every other param a user may change between runs of one logdir: each
+# trains on from the checkpoint, or is refused in one line, changing
+# nothing. The params that only steer training share one
+# resume; bfloat16 compute resumes in tests/trainer/test_layout_change.py.
+@pytest.mark.parametrize('override,refusal', [
+    (f'trainer.steps_per_loop=2; trainer.learning_rate=0.01; trainer.lr_schedule={_SCHEDULE}; '
+     'trainer.warmup_steps=1; trainer.clip_gradient_norm_to_value=0.5; '
+     'trainer.max_checkpoints_to_keep=1', None),
+    (f'trainer.optimizer={_OPTIMIZER}', 'does not match the model (optimizer slots:'),
+    (f'trainer.loss_scaling={_DYNAMIC}',
+     'lacks part of the training state (no value for scale:0, good_steps:0)'),
+    ('task.stack.model_dim=32', 'does not match the model (variables:'),
+    ('task.stack.seq_len=32; train.seq_len=32', 'train.seq_len: 16 -> 32'),
+])
+def test_every_other_param_trains_on_or_is_refused(trained, tmp_path, override, refusal):
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  before = _Snapshot(logdir)
+  result = in_process.Run(f'--model={TINY}', f'--logdir={logdir}', '--mode=train',
+                          f'--max_steps={STEPS + 1}', f'--model_params_override={override}',
+                          check=False)
+  if refusal is None:
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f'ckpt-{STEPS} at step {STEPS}' in result.stdout, result.stdout
+    assert f'step {STEPS + 1:>6}/{STEPS + 1}' in result.stdout, result.stdout
+  else:
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+    assert len(errors) == 1 and refusal in errors[0], result.stderr
+    assert 'Traceback' not in result.stderr
+    assert _Snapshot(logdir) == before
+
+
 def test_evaluation_reads_no_input_position_and_takes_other_train_params(trained, tmp_path):
   logdir = tmp_path / 'run'
   shutil.copytree(trained, logdir)
@@ -80,20 +119,18 @@ def _Trainer(logdir, policy=base_experiment.NonFinitePolicy.STOP):
   return loop.Trainer(params, str(logdir), log=lambda _: None)
 
 
-def test_params_are_recorded_once_a_step_ran_before_its_checkpoint(tmp_path):
+def test_params_are_recorded_once_a_step_ran_and_before_its_checkpoint(tmp_path):
+  """Train's before_first_save, which writes params.txt: once, after the
+  first loop and before the first save; never when the first loop applies
+  nothing (a NaN loss under on_nonfinite=STOP)."""
   trainer = _Trainer(tmp_path)
   checkpoints_then = []
   trainer.Train(3, before_first_save=lambda: checkpoints_then.append(
       trainer.manager.latest_checkpoint))
-  assert checkpoints_then == [None]  # once, before the first save
+  assert checkpoints_then == [None]
   assert trainer.manager.latest_checkpoint.endswith('ckpt-3')
-
-
-def test_params_are_not_recorded_when_the_first_step_fails(tmp_path):
-  trainer = _Trainer(tmp_path)
   softmax = [w for w in trainer.task.trainable_variables if 'softmax' in w.name][0]
   softmax.assign(softmax * float('nan'))  # every loss is NaN: STOP applies nothing
-  called = []
   with pytest.raises(loop.NonFiniteLossError):
-    trainer.Train(3, before_first_save=lambda: called.append(True))
-  assert not called
+    trainer.Train(5, before_first_save=lambda: checkpoints_then.append('called'))
+  assert checkpoints_then == [None]
