@@ -301,7 +301,7 @@ def _Restore(checkpoint: tf.train.Checkpoint, path: str) -> Optional[str]:
   except AssertionError as e:
     status.expect_partial()  # the refusal says it all; no warnings at exit
     names = re.findall(r"<tf\.Variable '([^']+)'", str(e))
-    missing = f'no value for {", ".join(names)}' if names else _Reason(e)
+    missing = f'no value for {", ".join(sorted(names))}' if names else _Reason(e)
     raise checkpoint_keys.CheckpointMismatchError(
         f'Checkpoint {os.path.basename(path)} in {os.path.dirname(path)} lacks part of '
         f'the training state ({missing}); it is intact and was not changed. '

@@ -83,7 +83,7 @@ _DYNAMIC = "enum('lingvo_pipe.base_experiment.LossScaling', 'DYNAMIC')"
      'trainer.max_checkpoints_to_keep=1', None),
     (f'trainer.optimizer={_OPTIMIZER}', 'does not match the model (optimizer slots:'),
     (f'trainer.loss_scaling={_DYNAMIC}',
-     'lacks part of the training state (no value for scale:0, good_steps:0)'),
+     'lacks part of the training state (no value for good_steps:0, scale:0)'),
     ('task.stack.model_dim=32', 'does not match the model (variables:'),
     ('task.stack.seq_len=32; train.seq_len=32', 'train.seq_len: 16 -> 32'),
 ])
