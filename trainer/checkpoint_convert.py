@@ -67,7 +67,7 @@ def _Params(model: str, params_file: Optional[str], overrides: str):
   if params_file:
     try:
       with open(params_file) as f:
-        params.FromText(f.read())
+        experiment_params.ApplyParamsFile(params, f.read(), params_file)
     except OSError as e:
       raise ConvertError(f'Cannot read the old run\'s params {params_file!r}: '
                          f'{e.strerror}; pass --model_params_file_override.') from None

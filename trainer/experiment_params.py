@@ -105,6 +105,22 @@ def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
   _LetSplitsDecideK(params, keys)
 
 
+def ApplyParamsFile(params: hyperparams.Params, text: str, name: str) -> None:
+  """Applies a params file (params.txt's "key : value" lines, '#' comments)
+  as one --model_params_override of its lines, so a file takes every form
+  an override takes (ZB_H1 for an enum param, bfloat16 for a dtype).
+
+  Raises:
+    UsageError: naming the file, for a malformed line, unknown key or wrong
+      type.
+  """
+  lines = [l for l in text.splitlines() if not l.strip().startswith('#')]
+  try:
+    ApplyOverrides(params, '\n'.join(lines))
+  except UsageError as e:
+    raise UsageError(f'{name}: {e}') from None
+
+
 def _LetSplitsDecideK(params: hyperparams.Params, keys: List[str]) -> None:
   """Sets num_partitions to 0 beside each overridden, non-empty splits whose
   num_partitions no override set."""

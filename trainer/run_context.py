@@ -278,7 +278,7 @@ def ResolveParams(options: Options) -> hyperparams.Params:
           text = f.read()
       except OSError as e:
         raise UserError(f'Cannot read --model_params_file_override: {e}') from None
-      params.FromText(text)
+      experiment_params.ApplyParamsFile(params, text, options.model_params_file_override)
     experiment_params.ApplyOverrides(params, options.model_params_override)
   except (AttributeError, TypeError, ValueError) as e:
     raise UserError(str(e)) from None

@@ -51,7 +51,7 @@ CASES = {
     'wrong_type': (["--model_params_override=trainer.learning_rate='fast'"],
                    "trainer.learning_rate takes a number (the experiment's value: 0.003)"),
     'malformed_params_file': (['--model_params_file_override=TMP/bad_params.txt'],
-                              'Line 2 of params text'),
+                              "bad_params.txt: Override 'trainer.seed 4' is not"),
     'unknown_experiment': (['--model=lm.NoSuchExperiment'], "Unknown experiment"),
     # Params text names classes and enums, never a function or a module's
     # variable (docs/security.md).
@@ -87,7 +87,7 @@ def _MakeData(tmp_path):
   data.mkdir()
   (data / 'empty.txt').write_bytes(b'')
   (data / 'dir.txt').mkdir()
-  (tmp_path / 'bad_params.txt').write_text('trainer.max_steps : 3\ntrainer.seed = 4\n')
+  (tmp_path / 'bad_params.txt').write_text('trainer.max_steps : 3\ntrainer.seed 4\n')
   (tmp_path / 'environ_params.txt').write_text(
       "task.stack.pipeline.remat : enum('os.environ', 'HOME')\n")
 

@@ -1,11 +1,14 @@
 """Overrides typed by the param's current value (issue 28, point 2): enum
 members by name in any case, dtypes by name, bools as true/false, the long
 forms still accepted; refusals list what the param takes; type errors quote
-the experiment's value; splits with num_partitions 0 pass the range check."""
+the experiment's value; splits with num_partitions 0 pass the range check;
+a params file is read as an override is."""
 
 import pytest
 
+from lingvo_pipe import model_registry
 from tests.trainer import in_process
+from trainer import experiment_params
 
 TINY = 'lm.StdlibBytesTiny'
 
@@ -78,3 +81,28 @@ def test_splits_alone_take_the_place_of_the_experiments_num_partitions():
       f'--model={TINY}', '--mode=inspect_model',
       '--model_params_override=task.stack.pipeline.splits=[1, 2, 3]').stdout
   assert 'K=4 cells' in plan, plan
+
+
+def test_a_params_file_takes_what_an_override_takes(tmp_path):
+  """One parser for files and overrides: a Lingvo user's file with short
+  forms, comments and '=' lines."""
+  path = tmp_path / 'mine.txt'
+  path.write_text('# my settings\ntask.stack.pipeline.schedule : ZB_H1\n'
+                  'task.stack.pipeline.num_micro_batches : 4\ntask.fprop_dtype = bfloat16\n')
+  text = in_process.Run(f'--model={TINY}', '--mode=inspect_params',
+                        f'--model_params_file_override={path}').stdout
+  assert ("task.stack.pipeline.schedule : "
+          "enum('lingvo_pipe.pipeline.schedules.built_in.ScheduleKind', 'ZB_H1')\n") in text
+  assert "task.fprop_dtype : dtype('bfloat16')\n" in text
+
+
+def test_every_experiments_params_text_reads_back_as_a_file():
+  """params.txt, read back as --model_params_file_override, is the params
+  that wrote it, for every registered experiment."""
+  model_registry.ImportAllExperiments()
+  for key in model_registry.Keys():
+    params = experiment_params.ExperimentParams(model_registry.GetExperiment(key))
+    fresh = experiment_params.ExperimentParams(model_registry.GetExperiment(key))
+    fresh.trainer.Set(max_steps=params.trainer.max_steps + 1)  # for the file to set back
+    experiment_params.ApplyParamsFile(fresh, params.ToText(), 'params.txt')
+    assert fresh == params, key
