@@ -145,8 +145,11 @@ class Decoder:
                + (f'\n  reference: {example.reference!r}'
                   if example.reference is not None else ''))
     summary = '  '.join(f'{k} {v:.2f}' for k, v in sorted(metrics.items()))
+    shown = min(len(examples), _SHOWN_EXAMPLES)
+    where = (f'{shown} shown above, all in {path}' if shown < len(examples)
+             else f'all shown above, and in {path}')
     self.log(f'decode at step {step}: {len(examples)} examples  {summary}'.rstrip()
-             + f'  -> {path}')
+             + f'  ({where})')
     return metrics
 
 

@@ -60,6 +60,9 @@ def _TrainUntilDoneOrStopped(ctx: run_context.RunContext, trainer_obj: loop.Trai
   warning = optimizers.StepsPastScheduleWarning(ctx.params.trainer, ctx.max_steps)
   if warning:
     print(warning, file=sys.stderr, flush=True)
+  print('Building the training step (tracing the pipeline, optimizing its graph); then '
+        f'a progress line every trainer.steps_per_loop={ctx.params.trainer.steps_per_loop} '
+        'steps.', flush=True)
   try:
     with ctx.Supervised(trainer_obj):  # the trace makes the slots on the workers
       trainer_obj.TraceTraining()
@@ -134,3 +137,17 @@ def Run(ctx: run_context.RunContext) -> None:
         _EvalKeepingBest(trainer_obj, best if mode == 'train_and_eval' else None)
   if mode == 'train_and_eval' and ctx.options.sample_bytes > 0:
     decoder.PrintSample(trainer_obj, ctx.options.sample_bytes)
+  if mode in ('train', 'train_and_eval'):
+    print(_ClosingLine(ctx, trainer_obj), flush=True)
+
+
+def _ClosingLine(ctx: run_context.RunContext, trainer_obj: loop.Trainer) -> str:
+  """Where the run's results are and what to run next."""
+  line = (f'Done at step {int(trainer_obj.global_step.numpy())}: checkpoints in '
+          f'{trainer_obj.checkpoint_dir}; curves: tensorboard --logdir={ctx.logdir}')
+  try:
+    decoder.CheckCanDecode(ctx.params, ctx.options.model)
+  except decoder.NoDecoderError:
+    return line + '.'
+  return line + (f'; decode: lingvo_pipe_trainer --model={ctx.options.model} '
+                 f'--logdir={ctx.logdir} --mode=decode.')

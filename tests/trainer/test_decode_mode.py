@@ -3,6 +3,7 @@ on an endless dev input, a progress line, a clean Ctrl-C, and output files
 that never overwrite each other."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -27,7 +28,10 @@ def test_decode_is_bounded_shows_progress_and_never_overwrites(tmp_path):
                                         '--mode=decode', *flags, timeout_s=300)
     lines = result.stdout.splitlines()
     assert any(line.startswith('decode: batch 1') for line in lines), result.stdout
-    outputs.append(lines[-1].rsplit('-> ', 1)[-1])
+    # The last line says how many it showed and where all of them are.
+    outputs.append(re.search(r'(?:shown above, all|and) in (\S+)\)$', lines[-1]).group(1))
+    assert ('examples' in lines[-1] and
+            ('3 shown above, all in' in lines[-1] or 'all shown above, and in' in lines[-1]))
   assert [os.path.basename(p) for p in outputs] == [
       'decode_50.txt', 'decode_50-1.txt', 'decode_50_prompt.txt']
   assert len((logdir / 'decode_50.txt').read_text().splitlines()) == 320  # 10 x 32

@@ -1,8 +1,9 @@
-"""What a run tells its user (issue 28, points 7 and 8): one opening line
-before any tracing, the task's metrics on the progress line (an ETA from
-the second loop on) and in
-TensorBoard, eval counts summed, params.txt written only by training, and a
-finished run that says nothing was trained."""
+"""What a run tells its user (issue 28, points 7 and 8; issue 46): one
+opening line before any tracing, a line while the step is built, the
+task's metrics on the progress line (an ETA from the second loop on) and
+in TensorBoard, eval counts summed, a closing line saying where the results
+are, params.txt written only by training, and a finished run that says
+nothing was trained."""
 
 import pathlib
 
@@ -28,6 +29,9 @@ def test_opening_line_metrics_and_eval_sums(tmp_path):
                '--model_params_override=trainer.max_steps=100').stdout.splitlines()
   assert out[0] == (f'{KEY} (train_and_eval): pipe: K=2 cells, M=4 micro-batches, '
                     'schedule GPIPE, devices CPU:0 CPU:1; logdir run'), out[0]
+  # Before the wait for the first loop, a line says what is being built.
+  assert out[1].startswith('Building the training step'), out[1]
+  assert 'a progress line every trainer.steps_per_loop=50 steps' in out[1]
   progress = [line for line in out if line.startswith('step ')]
   assert len(progress) == 2 and all('  accuracy 0.' in line for line in progress)
   # The first loop's time includes building the step: no ETA from it.
@@ -38,7 +42,11 @@ def test_opening_line_metrics_and_eval_sums(tmp_path):
   assert [s for s, _ in train['accuracy']] == [50, 100]
   assert all(0 <= v <= 1 for _, v in train['accuracy'])
   # eval_steps=4 batches of 32 examples: counted, not averaged.
-  assert 'num_examples 128' in out[-1], out[-1]
+  assert 'num_examples 128' in out[-2], out[-2]
+  # The last line says where everything is.
+  assert out[-1] == ('Done at step 100: checkpoints in run/checkpoints; curves: '
+                     f'tensorboard --logdir=run; decode: lingvo_pipe_trainer --model={KEY} '
+                     '--logdir=run --mode=decode.'), out[-1]
   assert summaries.Scalars(str(tmp_path / 'run'), 'eval')['num_examples'] == [(100, 128.0)]
 
 
