@@ -21,7 +21,9 @@ install: $(STAMP)
 $(STAMP): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e '.[test]'
+	# setuptools boxes a warning about editable installs on every fresh set-up;
+	# it says nothing about this project.
+	PYTHONWARNINGS='ignore:Editable installation' $(PYTHON) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
