@@ -118,6 +118,10 @@ class Registry:
       hint += (f' No module {own_module!r} to import on the path (the working '
                'directory, PYTHONPATH); run from the directory that holds it '
                'or add it to PYTHONPATH.')
+    if '.' not in key and not close:
+      hint += (f' An experiment of your own module is named with it: '
+               f'--model=your_module.{key} (your_module.py in the working directory '
+               f'or on PYTHONPATH), or --import=your_module --model={key}.')
     raise LookupError(f'Unknown experiment {key!r}.{hint} Registered: '
                       f'{", ".join(self.Keys()) or "none"}.')
 

@@ -124,8 +124,11 @@ def test_an_ambiguous_suffix_lists_the_keys_it_ends():
 
 def test_an_unknown_key_suggests_close_keys_and_lists_all():
   registry = model_registry.Registry(package=None)
-  with pytest.raises(LookupError, match=r"^Unknown experiment 'Any'\. "
-                     r'Registered: none\.$'):
+  # A bare class name with nothing close: how to name one of your own.
+  with pytest.raises(LookupError, match=r"^Unknown experiment 'Any'\. An experiment of your "
+                     r'own module is named with it: --model=your_module\.Any \(your_module\.py '
+                     r'in the working directory or on PYTHONPATH\), or --import=your_module '
+                     r'--model=Any\. Registered: none\.$'):
     registry.GetClass('Any')
   registry.Register(_Experiment('StdlibBytes', 'zz_lm'))
   registry.Register(_Experiment('StdlibBytesTiny', 'zz_lm'))
@@ -140,8 +143,8 @@ def test_an_unknown_key_suggests_close_keys_and_lists_all():
       r"^Unknown experiment 'zz_lm\.StdlibBytesTyny'\. Did you mean "
       rf"'zz_lm\.StdlibBytesTiny' or 'zz_lm\.StdlibBytes'\? {all_keys}")):
     registry.GetClass('zz_lm.StdlibBytesTyny')
-  with pytest.raises(LookupError, match=rf"^Unknown experiment 'Xyz'\. "
-                     rf'{all_keys}'):
+  with pytest.raises(LookupError, match=rf"^Unknown experiment 'Xyz'\. An experiment of "
+                     rf'your own module .* {all_keys}'):
     registry.GetClass('Xyz')
 
 
