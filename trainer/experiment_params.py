@@ -93,15 +93,17 @@ def ApplyOverrides(params: hyperparams.Params, overrides: str) -> None:
       raise UsageError(f'{where}: {e}') from None
     try:
       params.SetValueText(key, value_text, where=where)
-    except hyperparams.ParamsTextTypeError as e:
-      if params.IsFrozen():
+    except hyperparams.ParamsTextError as e:
+      # A value of the wrong type, or text that is no value at all
+      # ('eight' for an int): one form, naming what the param takes.
+      wrong_type = isinstance(e, hyperparams.ParamsTextTypeError) or isinstance(
+          current, (bool, int, float, list, tuple))
+      if params.IsFrozen() or not wrong_type:
         raise UsageError(str(e)) from None
       raise UsageError(
           f'{where}: {key} takes {override_values.KindName(current)} (the '
           f"experiment's value: {params_text.Encode(current)}), not "
           f'{value_text}.') from None
-    except hyperparams.ParamsTextError as e:
-      raise UsageError(str(e)) from None
   _LetSplitsDecideK(params, keys)
 
 

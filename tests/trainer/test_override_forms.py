@@ -56,6 +56,10 @@ def test_lingvos_key_colon_value_items_and_newlines():
      'takes true or false (also yes/no, on/off, 1/0, any case)'),
     ('trainer.max_steps=1.5',
      "trainer.max_steps takes an int (the experiment's value: 8), not 1.5"),
+    # Text that is no value at all is refused in the same form.
+    ('task.stack.pipeline.num_micro_batches=eight',
+     "task.stack.pipeline.num_micro_batches takes an int (the experiment's value: 2), not "
+     'eight.'),
     ('trainer.max_steps=0',
      "trainer.max_steps=0 must be at least 1 (the experiment's value: 8)"),
 ])
