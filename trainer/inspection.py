@@ -146,17 +146,17 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
                       broadcast_inputs=p.broadcast_inputs, schedules=schedules)
   best = planner.Recommend(rows)
-  verdict = (f'K={best.num_devices} M={best.num_micro_batches} remat '
-             f'{best.remat.name} schedule {planner.ScheduleName(best)}'
-             if best else 'none fits')
+  verdict = (f'{planner.Override(best)} (the pipeline\'s params)' if best else
+             f'none fits {budget_bytes / 2**20:.0f} MiB; raise --planner_budget_mb or '
+             'give the model more devices')
   per_replica = (f'; for each of the {p.num_replicas} replicas: 1/'
                  f'{p.num_replicas} of the batch, with its own copy of the '
                  'weights and optimizer slots' if p.num_replicas > 1 else '')
   names = ', '.join(k.name for k, _ in schedules)
   return [f'  planner: budget {budget_bytes / 2**20:.0f} MiB per device, '
           f'{optimizer_slots} optimizer slot(s); per row the device with the '
-          f'largest peak{per_replica}; schedules weighed (the planner\'s that the '
-          f'model trains): {names}; '
+          f'largest peak{per_replica}; time x: step time over the fastest row\'s; '
+          f'schedules weighed (the planner\'s that the model trains): {names}; '
           f'recommended (*): {verdict}',
           planner.FormatTable(rows)]
 

@@ -297,13 +297,16 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   return rows
 
 
-def ScheduleName(row: PlanRow) -> str:
-  """The row's schedule in a table: GPIPE, 1F1B, or INTERLEAVED/v."""
-  if row.schedule_kind == schedule.ScheduleKind.ONE_F_ONE_B:
-    return '1F1B'
-  if row.schedule_kind == schedule.ScheduleKind.INTERLEAVED:
-    return f'INTERL/{row.cells_per_device}'
-  return row.schedule_kind.name
+def Override(row: PlanRow) -> str:
+  """The pipeline params of the row as an override takes them:
+  'num_partitions=4; num_micro_batches=8; remat=PER_CELL; schedule=INTERLEAVED;
+  cells_per_device=2' (cells_per_device only where it is not 1)."""
+  items = [f'num_partitions={row.num_devices * row.cells_per_device}',
+           f'num_micro_batches={row.num_micro_batches}', f'remat={row.remat.name}',
+           f'schedule={row.schedule_kind.name}']
+  if row.cells_per_device != 1:
+    items.append(f'cells_per_device={row.cells_per_device}')
+  return '; '.join(items)
 
 
 def Recommend(rows: Sequence[PlanRow]) -> Optional[PlanRow]:
@@ -316,24 +319,25 @@ def Recommend(rows: Sequence[PlanRow]) -> Optional[PlanRow]:
 
 
 def FormatTable(rows: Sequence[PlanRow]) -> str:
-  """A text table of the rows, step time relative to the fastest row; the
-  recommendation is marked with '*'. K counts devices; per row the figures
-  are the device with the largest peak's."""
+  """A text table of the rows, step time as a multiple of the fastest row's;
+  the recommendation is marked with '*'. K counts devices, v the cells per
+  device (cells_per_device), the schedule is named as an override takes it;
+  per row the figures are the device with the largest peak's."""
   best = Recommend(rows)
   fastest = min((r.relative_step_time for r in rows), default=0.0) or 1.0
-  lines = [f'  {"K":>3} {"M":>3} {"remat":<9} {"schedule":<9} {"params MiB":>10} '
+  lines = [f'  {"K":>3} {"v":>2} {"M":>3} {"remat":<9} {"schedule":<11} {"params MiB":>10} '
            f'{"state MiB":>10} {"act MiB":>10} {"peak MiB":>10} '
-           f'{"total MiB":>10} {"bubble":>7} {"time":>6}  fits']
+           f'{"total MiB":>10} {"bubble":>7} {"time x":>7}  fits']
   for r in rows:
     k = r.peak_bytes.index(r.max_peak_bytes)  # the device with the peak
     mib = [b / 2**20 for b in (r.param_bytes[k], r.state_bytes[k], r.act_bytes[k],
                                r.peak_bytes[k], r.total_peak_bytes)]
     lines.append(
-        f'{"*" if r is best else " "} {r.num_devices:>3} {r.num_micro_batches:>3} '
-        f'{r.remat.name:<9} {ScheduleName(r):<9} '
+        f'{"*" if r is best else " "} {r.num_devices:>3} {r.cells_per_device:>2} '
+        f'{r.num_micro_batches:>3} {r.remat.name:<9} {r.schedule_kind.name:<11} '
         f'{"".join(f"{x:>10.1f} " for x in mib)}'
         f'{r.bubble:>7.1%} '
-        f'{r.relative_step_time / fastest:>6.2f}  {"yes" if r.fits else "no"}')
+        f'{r.relative_step_time / fastest:>7.2f}  {"yes" if r.fits else "no"}')
   if best is None:
     lines.append('  No candidate fits the budget.')
   return '\n'.join(lines)

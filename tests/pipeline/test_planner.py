@@ -131,8 +131,8 @@ def test_recommend_is_the_fastest_that_fits():
                                     if r.relative_step_time == fastest)
   table = planner.FormatTable(rows)
   marked = [line for line in table.splitlines() if line.startswith('*')]
-  assert len(marked) == 1 and marked[0].split()[1:4] == [
-      str(best.num_cells), str(best.num_micro_batches), best.remat.name]
+  assert len(marked) == 1 and marked[0].split()[1:5] == [
+      str(best.num_cells), '1', str(best.num_micro_batches), best.remat.name]
 
 
 def test_recommend_none_when_nothing_fits():
@@ -241,7 +241,7 @@ def test_plan_recommends_a_schedule():
   rows = planner.Plan(layers, [[64, 64]], budget, cells=(4,), micro_batches=(8,),
                       remats=(RematPolicy.NONE,), schedules=kinds)
   assert planner.Recommend(rows).schedule_kind == ScheduleKind.ONE_F_ONE_B
-  assert '1F1B' in planner.FormatTable(rows).splitlines()[2]
+  assert 'ONE_F_ONE_B' in planner.FormatTable(rows).splitlines()[2]
 
 
 def test_plan_skips_what_a_schedule_cannot_run():

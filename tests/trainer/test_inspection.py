@@ -28,9 +28,9 @@ def _Task(num_partitions=2, num_micro_batches=4, owner=_EverySchedule, **kwargs)
 
 
 def _PlannerRows(text):
-  """(marked, K, M, remat, schedule) of each row of the planner's table."""
-  return [(m[1] == '*', m[2], m[3], m[4], m[5]) for m in re.finditer(
-      r'^([* ]) +(\d+) +(\d+) (NONE|PER_CELL|PER_LAYER) +(\S+) ', text, re.M)]
+  """(marked, K, M, remat, schedule/v) of each row of the planner's table."""
+  return [(m[1] == '*', m[2], m[4], m[5], f'{m[6]}/{m[3]}') for m in re.finditer(
+      r'^([* ]) +(\d+) +(\d+) +(\d+) (NONE|PER_CELL|PER_LAYER) +(\S+) ', text, re.M)]
 
 
 def test_model_plan_prints_candidates_around_the_configuration():
@@ -43,7 +43,8 @@ def test_model_plan_prints_candidates_around_the_configuration():
   # Fill-drain and 1F1B: K in {1, 2, 4}; interleaved, two cells a device
   # of the four layers: K=2 (K=1 would be one device); every M and remat.
   assert len(rows) == 3 * 3 * 3 * 2 + 1 * 3 * 3
-  for name, ks in (('GPIPE', '124'), ('1F1B', '124'), ('INTERL/2', '2')):
+  # Schedules are named as an override takes them, v beside.
+  for name, ks in (('GPIPE/1', '124'), ('ONE_F_ONE_B/1', '124'), ('INTERLEAVED/2', '2')):
     assert {(k, m) for _, k, m, _, s in rows if s == name} == {
         (k, m) for k in ks for m in ('2', '4', '8')}
   assert {r[3] for r in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
@@ -64,7 +65,7 @@ def test_model_plan_says_how_the_training_step_runs(kwargs, emission):
 def test_the_planner_weighs_only_the_schedules_the_owner_trains():
   """An owner that declares no PIPELINE_SCHEDULES calls FProp: GPIPE only."""
   rows = _PlannerRows(inspection.ModelPlan(_Task(owner=object)))
-  assert {r[4] for r in rows} == {'GPIPE'} and len(rows) == 3 * 3 * 3
+  assert {r[4] for r in rows} == {'GPIPE/1'} and len(rows) == 3 * 3 * 3
 
 
 def test_model_plan_budget_and_slots():
@@ -82,7 +83,7 @@ def test_model_plan_micro_batch_size():
 def _Times(text):
   """The time column of the planner's table, by (K, M, remat, schedule)."""
   return {(m[1], m[2], m[3], m[4]): float(m[5]) for m in re.finditer(
-      r'^[* ] +(\d+) +(\d+) (NONE|PER_CELL|PER_LAYER) +(\S+) .* ([\d.]+)  (?:yes|no)$',
+      r'^[* ] +(\d+) +\d+ +(\d+) (NONE|PER_CELL|PER_LAYER) +(\S+) .* ([\d.]+)  (?:yes|no)$',
       text, re.M)}
 
 

@@ -26,7 +26,7 @@ def _Task(batch=32, **kwargs):
 
 
 def _ActMiB(text, k, m, remat):
-  row = re.search(rf'^[* ] +{k} +{m} {remat} +GPIPE +([\d.]+) +([\d.]+) +([\d.]+)', text,
+  row = re.search(rf'^[* ] +{k} +1 +{m} {remat} +GPIPE +([\d.]+) +([\d.]+) +([\d.]+)', text,
                   re.M)
   return float(row.group(3))
 
@@ -46,7 +46,7 @@ def test_planner_sees_one_replicas_batch():
   two = inspection.ModelPlan(_Task(batch=16384, num_replicas=2), cluster_tasks=4)
   assert _ActMiB(two, 2, 4, 'NONE') > 0
   assert abs(_ActMiB(two, 2, 4, 'NONE') - _ActMiB(one, 2, 4, 'NONE') / 2) <= 0.1
-  assert ' 1F1B ' in one and ' 1F1B ' in two  # replicas run every schedule
+  assert ' ONE_F_ONE_B ' in one and ' ONE_F_ONE_B ' in two  # replicas run every schedule
 
 
 def test_consecutive_cells_per_device_and_local_default():

@@ -36,7 +36,7 @@ def test_header_m_and_bubble(pipeline, k, m, bubble):
   """Batch 16; the planner's table is centred on the same M."""
   text = inspection.ModelPlan(_Task(num_partitions=k, input_shapes=[[16, 64]], **pipeline))
   assert _Header(text) == (k, str(m), bubble)
-  planner_ms = {int(r[1]) for r in re.finditer(r'^[* ] +\d+ +(\d+) (?:NONE|PER_CELL|PER_LAYER) ',
+  planner_ms = {int(r[1]) for r in re.finditer(r'^[* ] +\d+ +\d+ +(\d+) (?:NONE|PER_CELL|PER_LAYER) ',
                                                 text, re.M)}
   assert planner_ms == {max(m // 2, 1), m, 2 * m}
 
