@@ -19,13 +19,17 @@ def Run(ctx: run_context.RunContext) -> None:
   bubble line and where the timeline went."""
   logdir = ctx.PrepareLogdir()
   trainer_obj = ctx.NewTrainer()
-  ctx.Restore(trainer_obj)
+  restored = ctx.Restore(trainer_obj)
+  timeline = os.path.join(logdir, 'timeline.json')
+  replaced = ' (replacing the previous ones)' if os.path.exists(timeline) else ''
   try:
     with ctx.Supervised(trainer_obj):
       print(profiling.ProfileOneStep(trainer_obj))
   except ValueError as e:
     raise UserError(str(e)) from None
-  print(f'Timeline: {os.path.join(logdir, "timeline.json")} (Perfetto, '
-        f'chrome://tracing) and {os.path.join(logdir, "timeline.png")}. The '
-        'profiled steps were not saved: the checkpoints and the step in the '
-        'logdir are as they were.')
+  state = ('the checkpoints and the step in the logdir are as they were' if restored else
+           'with no checkpoint in the logdir it profiled the initial weights (a '
+           "step's timeline depends on the shapes, not the values)")
+  print(f'Timeline: {timeline} (Perfetto, chrome://tracing) and '
+        f'{os.path.join(logdir, "timeline.png")}{replaced}. The profiled steps were '
+        f'not saved; {state}.')

@@ -35,7 +35,8 @@ def test_profile_leaves_step_and_checkpoints_alone(tmp_path):
 
   profiled = your_experiment.RunTrainer(tmp_path, *common, '--mode=profile')
   assert 'bubble: measured' in profiled.stdout
-  assert 'The profiled steps were not saved' in profiled.stdout
+  assert ('The profiled steps were not saved; the checkpoints and the step in the logdir '
+          'are as they were.') in profiled.stdout
   assert os.path.exists(logdir / 'timeline.png')
   assert _Listing(logdir / 'checkpoints') == checkpoints
   assert (logdir / 'params.txt').read_text() == params

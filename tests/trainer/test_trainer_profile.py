@@ -10,6 +10,10 @@ def test_profile_mode_writes_the_timeline(tmp_path):
                                    '--mode=profile', '--logdir=' + str(tmp_path))
   assert 'K=2 M=2 bubble: measured ' in result.stdout
   assert 'theoretical (K-1)/(M+K-1) = 0.333' in result.stdout
+  # No checkpoint in the logdir: it says what it profiled, and that it made
+  # a new timeline.
+  assert 'with no checkpoint in the logdir it profiled the initial weights' in result.stdout
+  assert 'replacing' not in result.stdout
   with open(tmp_path / 'timeline.json') as f:
     spans = [e for e in json.load(f)['traceEvents'] if e['ph'] == 'X']
   assert {(e['tid'], e['args']['micro_batch']) for e in spans} == {
