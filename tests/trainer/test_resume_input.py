@@ -51,21 +51,33 @@ def trained(tmp_path_factory):
     ('train.max_bytes=1000', 'train.max_bytes: 200000 -> 1000'),
     ("train.file_pattern='README.md'", "train.file_pattern: '' -> 'README.md'"),
 ])
-def test_other_train_input_params_are_refused_and_change_nothing(trained, tmp_path, override,
-                                                                 change):
+def _Resume(trained, tmp_path, override):
+  """A copy of the trained logdir resumed one step with `override`: the
+  result, and whether the copy is byte for byte as it was."""
   logdir = tmp_path / 'run'
   shutil.copytree(trained, logdir)
   before = _Snapshot(logdir)
   result = in_process.Run(f'--model={TINY}', f'--logdir={logdir}', '--mode=train',
-                          f'--max_steps={STEPS + 2}', f'--model_params_override={override}',
+                          f'--max_steps={STEPS + 1}', f'--model_params_override={override}',
                           check=False)
+  return result, _Snapshot(logdir) == before
+
+
+def _OneErrorLine(result):
   assert result.returncode == 2, result.stdout + result.stderr
   errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'Traceback' not in result.stderr, result.stderr
-  assert (f'Checkpoint ckpt-{STEPS} in {logdir}/checkpoints was saved with other train '
-          f'input params ({change})') in errors[0], errors[0]
-  assert 'trainer.init_from_checkpoint_rules' in errors[0]
-  assert _Snapshot(logdir) == before
+  return errors[0]
+
+
+def test_other_train_input_params_are_refused_and_change_nothing(trained, tmp_path, override,
+                                                                 change):
+  result, unchanged = _Resume(trained, tmp_path, override)
+  error = _OneErrorLine(result)
+  assert (f'Checkpoint ckpt-{STEPS} in {tmp_path}/run/checkpoints was saved with other train '
+          f'input params ({change})') in error, error
+  assert 'trainer.init_from_checkpoint_rules' in error
+  assert unchanged
 
 
 _OPTIMIZER = "enum('lingvo_pipe.base_experiment.OptimizerKind', 'SGD')"
@@ -88,22 +100,14 @@ _DYNAMIC = "enum('lingvo_pipe.base_experiment.LossScaling', 'DYNAMIC')"
     ('task.stack.seq_len=32; train.seq_len=32', 'train.seq_len: 16 -> 32'),
 ])
 def test_every_other_param_trains_on_or_is_refused(trained, tmp_path, override, refusal):
-  logdir = tmp_path / 'run'
-  shutil.copytree(trained, logdir)
-  before = _Snapshot(logdir)
-  result = in_process.Run(f'--model={TINY}', f'--logdir={logdir}', '--mode=train',
-                          f'--max_steps={STEPS + 1}', f'--model_params_override={override}',
-                          check=False)
+  result, unchanged = _Resume(trained, tmp_path, override)
   if refusal is None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert f'ckpt-{STEPS} at step {STEPS}' in result.stdout, result.stdout
     assert f'step {STEPS + 1:>6}/{STEPS + 1}' in result.stdout, result.stdout
   else:
-    assert result.returncode == 2, result.stdout + result.stderr
-    errors = [l for l in result.stderr.splitlines() if l.startswith('error:')]
-    assert len(errors) == 1 and refusal in errors[0], result.stderr
-    assert 'Traceback' not in result.stderr
-    assert _Snapshot(logdir) == before
+    assert refusal in _OneErrorLine(result)
+    assert unchanged
 
 
 def test_evaluation_reads_no_input_position_and_takes_other_train_params(trained, tmp_path):
