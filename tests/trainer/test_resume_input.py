@@ -44,13 +44,6 @@ def trained(tmp_path_factory):
   return logdir
 
 
-@pytest.mark.parametrize('override,change', [
-    ('train.batch_size=8', 'train.batch_size: 4 -> 8'),
-    ('train.seq_len=32', 'train.seq_len: 16 -> 32'),
-    ('train.seed=7', 'train.seed: 1234 -> 7'),
-    ('train.max_bytes=1000', 'train.max_bytes: 200000 -> 1000'),
-    ("train.file_pattern='README.md'", "train.file_pattern: '' -> 'README.md'"),
-])
 def _Resume(trained, tmp_path, override):
   """A copy of the trained logdir resumed one step with `override`: the
   result, and whether the copy is byte for byte as it was."""
@@ -70,6 +63,13 @@ def _OneErrorLine(result):
   return errors[0]
 
 
+@pytest.mark.parametrize('override,change', [
+    ('train.batch_size=8', 'train.batch_size: 4 -> 8'),
+    ('train.seq_len=32', 'train.seq_len: 16 -> 32'),
+    ('train.seed=7', 'train.seed: 1234 -> 7'),
+    ('train.max_bytes=1000', 'train.max_bytes: 200000 -> 1000'),
+    ("train.file_pattern='README.md'", "train.file_pattern: '' -> 'README.md'"),
+])
 def test_other_train_input_params_are_refused_and_change_nothing(trained, tmp_path, override,
                                                                  change):
   result, unchanged = _Resume(trained, tmp_path, override)
