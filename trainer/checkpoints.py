@@ -141,6 +141,13 @@ def _State(directory: str):
     return tf.train.get_checkpoint_state(directory)
 
 
+def Recorded(directory: str) -> List[str]:
+  """The checkpoints the state file records as saved, oldest first (none
+  without a readable state file): what a reader beside the trainer may read."""
+  state = _State(directory)
+  return list(state.all_model_checkpoint_paths) if state else []
+
+
 def _WriteState(directory: str, paths: List[str], timestamps: Optional[List[float]],
                 last_preserved: Optional[float]) -> None:
   tf.compat.v1.train.update_checkpoint_state(
@@ -303,7 +310,7 @@ def _Restore(checkpoint: tf.train.Checkpoint, path: str) -> Optional[str]:
     names = re.findall(r"<tf\.Variable '([^']+)'", str(e))
     missing = f'no value for {", ".join(sorted(names))}' if names else _Reason(e)
     raise checkpoint_keys.CheckpointMismatchError(
-        f'Checkpoint {os.path.basename(path)} in {os.path.dirname(path)} lacks part of '
+        f'Checkpoint {checkpoint_keys.DisplayName(path)} lacks part of '
         f'the training state ({missing}); it is intact and was not changed. '
         'Run with the trainer params it was trained with (e.g. the same '
         'trainer.loss_scaling).') from None

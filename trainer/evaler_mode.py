@@ -13,13 +13,14 @@ depend on the layout, so it may run under other K, M or schedule.
 
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import tensorflow as tf
 
 from lingvo_pipe.core import variable_paths
 from trainer import best_checkpoint
 from trainer import checkpoint_keys
+from trainer import checkpoints
 from trainer import loop
 from trainer import run_context
 from trainer import train_mode
@@ -27,12 +28,6 @@ from trainer.run_context import UserError
 
 # How often the checkpoint directory is listed for new checkpoints.
 POLL_S = 1.0
-
-
-def Recorded(checkpoint_dir: str) -> List[str]:
-  """The checkpoints the trainer has recorded as saved, oldest first."""
-  state = tf.train.get_checkpoint_state(checkpoint_dir)
-  return list(state.all_model_checkpoint_paths) if state else []
 
 
 def _Evaluate(trainer_obj: loop.Trainer, model_state: tf.train.Checkpoint,
@@ -64,7 +59,7 @@ def Run(ctx: run_context.RunContext) -> None:
         f'{ctx.max_steps} (Ctrl-C stops).', flush=True)
   evaluated = set()
   while True:
-    for path in Recorded(trainer_obj.checkpoint_dir):
+    for path in checkpoints.Recorded(trainer_obj.checkpoint_dir):
       if path in evaluated:
         continue
       evaluated.add(path)
