@@ -11,6 +11,8 @@ trainer uses when they are enough for the model.
 import contextlib
 import io
 import subprocess
+import sys
+from typing import Callable, Sequence
 
 from absl import flags
 
@@ -30,19 +32,30 @@ def Run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
   with the output.
   """
   command = [PROGRAM, *args]
-  stdout, stderr = io.StringIO(), io.StringIO()
   refusal = lingvo_flags.Refusal(list(args))
-  if refusal:
-    print(f'error: {refusal}', file=stderr)
-    status = 2
-  else:
-    with _Flags(command), contextlib.redirect_stdout(stdout), \
-        contextlib.redirect_stderr(stderr):
+
+  def Execute() -> int:
+    if refusal:
+      print(f'error: {refusal}', file=sys.stderr)
+      return 2
+    with _Flags(command):
       try:
-        status = trainer.Execute()
+        return trainer.Execute()
       except SystemExit as e:  # a mode's exit after a stop signal
-        status = e.code if isinstance(e.code, int) else 1
-  result = subprocess.CompletedProcess(command, status, stdout.getvalue(),
+        return e.code if isinstance(e.code, int) else 1
+  return Captured(command, Execute, check)
+
+
+def Captured(command: Sequence[str], run: Callable[[], int],
+             check: bool = True) -> subprocess.CompletedProcess:
+  """Runs `run` (a program's entry point, returning its exit status) with
+  stdout and stderr captured, as the finished process `command` would be
+  reported; with check, a non-zero status fails an AssertionError with the
+  output."""
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    status = run()
+  result = subprocess.CompletedProcess(list(command), status, stdout.getvalue(),
                                        stderr.getvalue())
   if check and status:
     raise AssertionError(fresh_process._Report(  # pylint: disable=protected-access

@@ -5,11 +5,8 @@ checkpointed, cell-indexed names) stops the trainer with one line naming
 slots, optimizer state, step and input position carry over, so training on
 from it equals training on from the same state saved today."""
 
-import contextlib
 import hashlib
-import io
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -31,12 +28,9 @@ OVERRIDES = 'trainer.steps_per_loop=2'
 def _Tool(*args, check=True):
   """The tool run in the test process (its own process only where its
   quiet start is what is tested: _FreshTool)."""
-  stdout, stderr = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-    status = checkpoint_tool.Execute(checkpoint_tool.Parser().parse_args(args))
-  result = subprocess.CompletedProcess(args, status, stdout.getvalue(), stderr.getvalue())
-  assert status == 0 or not check, result
-  return result
+  return in_process.Captured(
+      ['lingvo_pipe_checkpoint', *args],
+      lambda: checkpoint_tool.Execute(checkpoint_tool.Parser().parse_args(args)), check)
 
 
 def _FreshTool(*args, check=True):
