@@ -4,7 +4,7 @@ The bfloat16 counterpart of tests/transparency.py's CheckTransparent, with
 tolerances of a few bfloat16 steps.
 """
 
-from typing import Any, List
+from typing import Any, Callable, List
 
 import numpy as np
 import tensorflow as tf
@@ -43,8 +43,6 @@ def AssertCloseBf16(actual: Any, expected: Any, what: str,
 
 def Float32Loss(outputs: Any) -> tf.Tensor:
   """models.Loss on float32 outputs: the loss is float32 (core/precision)."""
-  if isinstance(outputs, tuple):
-    return models.Loss(outputs)
   return models.Loss(tf.cast(outputs, tf.float32))
 
 
@@ -66,13 +64,14 @@ def TrainStepWithFloat32Loss(pipe, step: int, num_micro: int):
   return Step
 
 
-def CheckBf16Transparent(pipe, inputs: List[tf.Tensor], m: int,
-                          loss_inside: bool = False) -> None:
-  ref = transparency.Reference(pipe).TrainStep(inputs, m, 3, Float32Loss)
+def CheckBf16Transparent(pipe, inputs: List[tf.Tensor], m: int, loss_inside: bool = False,
+                         loss_fn: Callable[[Any], tf.Tensor] = Float32Loss) -> None:
+  """`loss_fn` of the outputs; with loss_inside, Float32Loss's terms inside."""
+  ref = transparency.Reference(pipe).TrainStep(inputs, m, 3, loss_fn)
   if loss_inside:
     y, loss, grads = TrainStepWithFloat32Loss(pipe, 3, m)(*inputs)
   else:
-    y, loss, grads = models.TrainStep(pipe, 3, Float32Loss)(*inputs)
+    y, loss, grads = models.TrainStep(pipe, 3, loss_fn)(*inputs)
   for out in tf.nest.flatten(y):
     if out.dtype.is_floating and out.shape.rank:
       assert out.dtype in (DTYPE, tf.float32), out.dtype

@@ -168,16 +168,17 @@ def CheckTransparent(pipe: gpipe.PipeliningLayer, inputs: Sequence[tf.Tensor],
 
 def CheckTransparentWithLoss(pipe: gpipe.PipeliningLayer, inputs: Sequence[tf.Tensor],
                              num_micro: int, step: int = 7,
-                             loss_inside: bool = True, eager: bool = False) -> Result:
+                             loss_inside: bool = True, eager: bool = False,
+                             labels: Optional[tf.Tensor] = None) -> Result:
   """CheckTransparent of a step with the loss inside the pipeline
-  (models.TrainStepWithLoss), against the reference's
-  models.ConstantNormLoss, whose divisor is a constant of the batch as
-  MicroLoss's; with loss_inside False, through FProp and the same loss
-  outside."""
-  train_step = (models.TrainStepWithLoss(pipe, step, num_micro, eager=eager)
+  (models.TrainStepWithLoss) against the reference's whole-batch loss:
+  models.Loss, or with the Transformer stack's `labels` models.TokenLoss;
+  with loss_inside False, through FProp and the same loss outside."""
+  train_step = (models.TrainStepWithLoss(pipe, step, num_micro, eager=eager, labels=labels)
                 if loss_inside else None)
+  loss_fn = models.Loss if labels is None else models.TokenLoss(labels)
   return CheckTransparent(pipe, inputs, num_micro, step=step,
-                          loss_fn=models.ConstantNormLoss, train_step=train_step, eager=eager)
+                          loss_fn=loss_fn, train_step=train_step, eager=eager)
 
 
 def AssertClose(actual: Any, expected: Any, what: str = '') -> None:

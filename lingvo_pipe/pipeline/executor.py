@@ -51,9 +51,10 @@ from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 
-# The per-micro-batch loss: the last cell's outputs of one micro-batch (a
-# tensor, or a tuple for several) -> a scalar. The step's loss is the sum.
-MicroLossFn = Callable[[Any], tf.Tensor]
+# The per-micro-batch loss: (the last cell's outputs of micro-batch m of
+# replica r (a tensor, or a tuple for several), r, m) -> a scalar; m is a
+# Python int or, in a loop, a scalar tensor. The step's loss is the sum.
+MicroLossFn = Callable[[Any, int, Any], tf.Tensor]
 
 @dataclasses.dataclass
 class StepResult:
@@ -115,9 +116,9 @@ def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
   return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])
 
 
-def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple
+def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple, r: int, m: Any
                        ) -> Tuple[tf.Tensor, List[Any]]:
-  """The micro-batch loss and its gradient of each flat output (zeros for
+  """Micro-batch m of replica r's loss and its gradient of each flat output (zeros for
   outputs it does not use or that are not floating point), the gradient
   of the loss times precision.LossScale() under loss scaling (so the
   backwards that start from it are scaled: train_step.LossInside
@@ -127,7 +128,7 @@ def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple
   scale = precision.LossScale()
   with tf.GradientTape(watch_accessed_variables=False) as tape:
     tape.watch(diff)
-    loss = loss_fn(containers.UnwrapSingle(outputs))
+    loss = loss_fn(containers.UnwrapSingle(outputs), r, m)
     if not (isinstance(loss, tf.Tensor) and loss.shape.rank == 0):
       raise ValueError(f'The per-micro-batch loss function must return a '
                        f'scalar tensor; it returned {loss!r}.')
@@ -306,9 +307,9 @@ class Executor:
       return
     with tf.device(runner.device):
       if not self._training:
-        self._losses.append(self._loss_fn(containers.UnwrapSingle(out)))
+        self._losses.append(self._loss_fn(containers.UnwrapSingle(out), r, m))
         return
-      loss, dys = LossAndOutputGrads(self._loss_fn, out)
+      loss, dys = LossAndOutputGrads(self._loss_fn, out, r, m)
     self._losses.append(loss)
     self._output_grads[(r, c, m)] = dys
 

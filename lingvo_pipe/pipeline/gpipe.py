@@ -9,7 +9,7 @@ gradient (train_step.py). Batch-norm statistics are summed over
 micro-batches and applied once per step.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -200,19 +200,26 @@ class PipeliningLayer(base_layer.BaseLayer):
     return containers.UnwrapSingle(train_step.LossOutside(
         self._Start(num_micro), self._ApplyCellUpdates, inputs, thetas))
 
-  def FPropWithLoss(self, theta: NestedMap, loss_fn: executor.MicroLossFn,
-                    *inputs: Any) -> Tuple[tf.Tensor, Any]:
+  def FPropWithLoss(self, theta: NestedMap, loss_fn: Callable[..., tf.Tensor],
+                    *inputs: Any, loss_inputs: Any = None) -> Tuple[tf.Tensor, Any]:
     """The loss and the outputs, with the loss inside the pipeline.
 
     Args:
       theta: the layer's theta.
-      loss_fn: the last cell's outputs of one micro-batch (as FProp returns
-        outputs) -> that micro-batch's scalar loss, run on the last cell's
-        device as soon as its forward ends. The step's loss is the sum over
-        micro-batches: a mean over the batch divides by the whole batch's
-        count in each micro-batch. It may read tensors computed before the
-        pipeline, but its gradient reaches only the pipeline's outputs.
+      loss_fn: one micro-batch's loss, a scalar, run on the last cell's
+        device as soon as its forward ends: loss_fn(outputs) with the last
+        cell's outputs of the micro-batch (as FProp returns outputs), or
+        with loss_inputs loss_fn(outputs, micro-batch's loss_inputs). The
+        step's loss is the sum over micro-batches: a mean over the batch
+        divides by the whole batch's count in each micro-batch. It may read
+        tensors computed before the pipeline, but its gradient reaches only
+        the pipeline's outputs.
       *inputs: as for FProp.
+      loss_inputs: per-example tensors only the loss reads (labels,
+        weights, masks; a tensor or a nested structure), each with the
+        pipeline's batch at batch_dim. Cut into micro-batches (and
+        replicas) as the inputs are, they reach loss_fn beside the outputs
+        instead of travelling through every cell. They get no gradient.
 
     Returns:
       (loss, outputs). In training the loss's gradient (of the inputs and
@@ -220,23 +227,26 @@ class PipeliningLayer(base_layer.BaseLayer):
       (executor), and the outputs are not differentiable; the outer
       GradientTape and optimizer code is that of FProp's.
     """
-    num_micro = self._NumMicro(inputs)
+    num_micro = self._NumMicro(inputs, loss_inputs)
     thetas = self._ReadThetas(theta)
     if eval_mode.IsEvalMode():
       run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
-                                   training=False, loss_fn=loss_fn)
+                                   False, loss_fn, loss_inputs)
       last_outputs = run.Forwards()
       return run.Loss(), containers.UnwrapSingle(batches.Outputs(last_outputs))
     loss, outputs = train_step.LossInside(
-        self._Start(num_micro, loss_fn), self._ApplyCellUpdates, inputs, thetas,
-        [[d.name for d in row] for row in self.replica_devices])
+        self._Start(num_micro, loss_fn, loss_inputs), self._ApplyCellUpdates,
+        inputs, thetas, [[d.name for d in row] for row in self.replica_devices])
     return loss, containers.UnwrapSingle(outputs)
 
-  def _NumMicro(self, inputs: tuple) -> int:
-    """M of a step (checked against the schedule); evaluation's of replica 0 alone."""
+  def _NumMicro(self, inputs: tuple, loss_inputs: Any = None) -> int:
+    """M of a step (checked against the schedule); evaluation's of replica
+    0 alone. The loss inputs checked against the inputs' batch."""
     replicas = 1 if eval_mode.IsEvalMode() else self.params.num_replicas
-    num_micro = micro_batch.NumMicroBatches(
-        self.params, self._contract.InputLayout(inputs).batch_size, replicas)
+    batch_size = self._contract.InputLayout(inputs).batch_size
+    if loss_inputs is not None:
+      self._contract.CheckLossInputs(loss_inputs, batch_size)
+    num_micro = micro_batch.NumMicroBatches(self.params, batch_size, replicas)
     self.plan.Check(num_micro)
     return num_micro
 
@@ -261,16 +271,16 @@ class PipeliningLayer(base_layer.BaseLayer):
     return [[Cast(k, *pair) for k, pair in enumerate(zip(row, devices))]
             for row, devices in zip(thetas, self.replica_devices)]
 
-  def _Start(self, num_micro: int, loss_fn: Optional[executor.MicroLossFn] = None
-             ) -> train_step.Start:
+  def _Start(self, num_micro: int, loss_fn: Optional[Callable[..., tf.Tensor]] = None,
+             loss_inputs: Any = None) -> train_step.Start:
     """A training step's start: (cell thetas, inputs) -> its executor and
     batches, the thetas cast once to the compute dtypes."""
     return lambda thetas, inputs: self._Executor(
-        self._ComputeThetas(thetas), inputs, num_micro, True, loss_fn)
+        self._ComputeThetas(thetas), inputs, num_micro, True, loss_fn, loss_inputs)
 
   def _Executor(self, thetas: List[List[NestedMap]], inputs: tuple, num_micro: int,
-                training: bool, loss_fn: Optional[executor.MicroLossFn] = None
-                ) -> Tuple[Any, replica_batches.ReplicaBatches]:
+                training: bool, loss_fn: Optional[Callable[..., tf.Tensor]] = None,
+                loss_inputs: Any = None) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches
     (evaluation: replica 0, the whole batch). The one place that chooses the
     emission: in a graph from plan.LoopFromM's M a loop per device
@@ -278,11 +288,12 @@ class PipeliningLayer(base_layer.BaseLayer):
     device's loop would wait forever on a queue the next one's fills."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
-                                             inputs, num_micro)
+                                             inputs, num_micro, loss_inputs)
     loops = resolved.Loops(num_micro) and not tf.executing_eagerly()
     emit = loop_executor.LoopExecutor if loops else executor.Executor
+    micro_loss = None if loss_fn is None else _MicroLoss(loss_fn, loss_inputs, batches)
     return emit(resolved, self._replica_runners, thetas, batches.micro_inputs,
-                batches.micro_size, training, loss_fn), batches
+                batches.micro_size, training, micro_loss), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):
@@ -293,6 +304,15 @@ class PipeliningLayer(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     return containers.ChainMeta(cells.CellParams(params), input_shapes)
+
+
+def _MicroLoss(loss_fn: Callable[..., tf.Tensor], loss_inputs: Any,
+               batches: replica_batches.ReplicaBatches) -> executor.MicroLossFn:
+  """The executors' per-micro-batch loss from FPropWithLoss's loss_fn: with
+  loss inputs, the micro-batch's own beside its outputs."""
+  if loss_inputs is None:
+    return lambda out, r, m: loss_fn(out)
+  return lambda out, r, m: loss_fn(out, batches.LossInputs(r, m))
 
 
 def _Name(p: hyperparams.Params) -> str:

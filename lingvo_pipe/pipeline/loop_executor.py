@@ -151,8 +151,8 @@ class LoopExecutor:
     if self._loss_fn is None:
       return None
     with tf.device(self._runners[0][-1].device):
-      return tf.add_n([self._loss_fn(containers.UnwrapSingle(out))
-                       for out in self._last_outputs[0]])
+      return tf.add_n([self._loss_fn(containers.UnwrapSingle(out), 0, m)
+                       for m, out in enumerate(self._last_outputs[0])])
 
   def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
     """The remaining actions, from [replica][micro-batch] the gradients of
@@ -266,17 +266,18 @@ class LoopExecutor:
     x = self._Inputs(r, c, m, pieces)
     out, upd, _ = self._runners[r][c].Forward(theta, x)
     pieces['sums'] = tf.nest.flatten(upd)
-    return self._Outputs(r, c, out, pieces)
+    return self._Outputs(r, c, m, out, pieces)
 
-  def _Outputs(self, r: int, c: int, out: tuple, pieces: Dict[str, List[tf.Tensor]]
-               ) -> List[Any]:
-    """Cell c's outputs to the next cell's queue, or the last cell's into
-    its pieces with (loss inside) its loss and output gradients."""
+  def _Outputs(self, r: int, c: int, m: tf.Tensor, out: tuple,
+               pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
+    """Cell c's outputs of micro-batch m to the next cell's queue, or the
+    last cell's into its pieces with (loss inside) its loss and output
+    gradients."""
     if c < self._num_cells - 1:
       return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
     pieces['outs'] = tf.nest.flatten(out)
     if self._loss_fn and self._training:
-      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out)
+      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out, r, m)
       pieces['loss'], pieces['dys'] = [micro_loss], dy
     return []
 
@@ -353,7 +354,7 @@ class LoopExecutor:
                                          self._kept_decision, self._num_micro)
     assert self._loss_fn is not None and recording is not None  # KEPT's premises
     pieces['sums'] = tf.nest.flatten(upd)
-    self._Outputs(r, c, out, pieces)
+    self._Outputs(r, c, m, out, pieces)
     dx = runner.BackwardFromTape(recording, x, out,
                                  tf.nest.pack_sequence_as(out, pieces['dys']))
     return self._InputGrads(r, c, x, dx, pieces)

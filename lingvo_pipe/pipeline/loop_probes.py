@@ -43,7 +43,7 @@ def Structures(runners: Sequence[cell_runner.CellRunner], thetas: Sequence[Neste
       x, upd, _ = runner.Forward(theta, x)
       outs.append(x)
       updates.append(upd)
-    loss = [executor.LossAndOutputGrads(loss_fn, x)[0]] if loss_fn else []
+    loss = [executor.LossAndOutputGrads(loss_fn, x, 0, tf.constant(0))[0]] if loss_fn else []
     return outs, updates, loss
 
   traced = tf.function(Chain, autograph=False).get_concrete_function()

@@ -255,6 +255,28 @@ class Contract:
             f'(e.g. broadcast_inputs=[{path!r}]).')
     return InputLayout(broadcast, int(batch_size))
 
+  def CheckLossInputs(self, loss_inputs: Any, batch_size: int) -> None:
+    """Checks FPropWithLoss's loss_inputs (tensors or shapes): each carries
+    the pipeline's batch, `batch_size` examples, at batch_dim.
+
+    Raises:
+      ValueError: naming the first that does not, its shape and the fix.
+    """
+    for path, x in zip(LeafPaths(loss_inputs), tf.nest.flatten(loss_inputs)):
+      name, shape = 'loss_inputs' + (f'.{path}' if path else ''), _Shape(x)
+      size = _SizeAt(shape, self.batch_dim)
+      if size is None:
+        raise ValueError(
+            f'{name} (shape {shape}) has no static size at batch_dim={self.batch_dim}: '
+            'loss inputs are per-example tensors (labels, weights, masks) cut into '
+            'micro-batches as the pipeline inputs are. A tensor the loss uses whole '
+            'needs no cutting: let loss_fn read it directly.')
+      if size != batch_size:
+        raise ValueError(
+            f'{name} (shape {shape}) has {size} examples at batch_dim={self.batch_dim} '
+            f'where the pipeline inputs have {batch_size}: give it one entry per '
+            'example of the pipeline\'s batch, in the same order.')
+
   def SplitShapes(self, shapes: tuple, num_micro: int) -> tuple:
     """The input shapes of one micro-batch."""
     layout = self.InputLayout(shapes)

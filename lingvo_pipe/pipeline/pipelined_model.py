@@ -61,8 +61,10 @@ class CarryLayer(base_layer.BaseLayer):
 
 class PipelinedModel(base_layer.BaseLayer):
   """A model whose layers run in one PipeliningLayer child, 'pipeline',
-  built from the classmethod PipelineParams(params); OutputShapes says
-  what its FProp makes of the pipeline's outputs."""
+  built from the classmethod PipelineParams(params); PipelineInputShapes
+  says which of its FProp's inputs the pipeline takes (the others, such
+  as labels, reach only the loss), OutputShapes what its FProp makes of
+  the pipeline's outputs."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -82,6 +84,11 @@ class PipelinedModel(base_layer.BaseLayer):
     raise NotImplementedError(f'{cls.__name__} must define PipelineParams.')
 
   @classmethod
+  def PipelineInputShapes(cls, *input_shapes: Any) -> tuple:
+    """The shapes of the pipeline's inputs from those of FProp's: all."""
+    return input_shapes
+
+  @classmethod
   def OutputShapes(cls, *pipeline_shapes: tf.TensorShape) -> NestedMap:
     """The shapes of FProp's outputs from those of the pipeline's."""
     raise NotImplementedError(f'{cls.__name__} must define OutputShapes: the '
@@ -93,7 +100,7 @@ class PipelinedModel(base_layer.BaseLayer):
     """The pipeline's costs, with FProp's output shapes."""
     pp = cls.PipelineParams(params)
     base_params.InheritBaseParams(pp, params)
-    meta = pp.cls.FPropMeta(pp, *input_shapes)
+    meta = pp.cls.FPropMeta(pp, *cls.PipelineInputShapes(*input_shapes))
     return dataclasses.replace(meta, out_shapes=(cls.OutputShapes(*meta.out_shapes),))
 
 

@@ -1,6 +1,6 @@
 """Small models for pipeline tests, their inputs, loss and training step."""
 
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
+from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.tasks.lm import layers as lm_layers
@@ -70,37 +71,75 @@ def Pipeline(layers, input_shape, k, m, **kwargs) -> gpipe.PipeliningLayer:
       input_shapes=[input_shape], **kwargs).Instantiate()
 
 
+VOCAB, LABEL_SMOOTHING = 16, 0.1  # the Transformer stack's
+
+
 def TransformerStackPipeline(k: int, m: int, **pipeline_kwargs) -> gpipe.PipeliningLayer:
   """The pipeline of a small GPipe Transformer LM with dropout: embedding,
-  six layers, softmax (8 layers)."""
+  six layers, softmax (8 layers); (ids, paddings) -> (logits, weights)."""
   p = lm_layers.GPipeTransformerStack.Params().Set(
-      name='lm', vocab_size=16, model_dim=8, num_heads=2, hidden_dim=16,
+      name='lm', vocab_size=VOCAB, model_dim=8, num_heads=2, hidden_dim=16,
       num_layers=6, batch_size=BATCH, seq_len=4, residual_keep_prob=0.8,
-      label_smoothing=0.1)
+      label_smoothing=LABEL_SMOOTHING)
   p.pipeline.Set(num_partitions=k, num_micro_batches=m, **pipeline_kwargs)
   return lm_layers.GPipeTransformerStack.PipelineParams(p).Instantiate()
 
 
-def TransformerInputs(seed: int) -> Tuple[tf.Tensor, ...]:
-  ids = tf.random.stateless_uniform([BATCH, 4], [seed, 0], 0, 16, tf.int32)
+def TransformerInputs(seed: int) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The stack pipeline's inputs (ids, paddings)."""
+  ids = tf.random.stateless_uniform([BATCH, 4], [seed, 0], 0, VOCAB, tf.int32)
   paddings = tf.cast(tf.range(4)[None, :] >= tf.range(BATCH)[:, None] % 4 + 1,
                      tf.float32)
-  labels = tf.random.stateless_uniform([BATCH, 4], [seed, 1], 0, 16, tf.int32)
-  return ids, paddings, labels
+  return ids, paddings
+
+
+def TransformerLabels(seed: int) -> tf.Tensor:
+  return tf.random.stateless_uniform([BATCH, 4], [seed, 1], 0, VOCAB, tf.int32)
+
+
+def TransformerBatch(seed: int) -> NestedMap:
+  """A token task's batch NestedMap(ids, paddings, labels)."""
+  ids, paddings = TransformerInputs(seed)
+  return NestedMap(ids=ids, paddings=paddings, labels=TransformerLabels(seed))
+
+
+def _PerToken(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+  """The cross entropy of each token with its label-smoothed target."""
+  targets = ((1.0 - LABEL_SMOOTHING) * tf.one_hot(labels, VOCAB) + LABEL_SMOOTHING / VOCAB)
+  return -tf.reduce_sum(targets * tf.nn.log_softmax(logits), axis=-1)
+
+
+def TokenLoss(labels: tf.Tensor) -> Callable[[Any], tf.Tensor]:
+  """The stack's loss of its pipeline's outputs (logits, weights) with
+  `labels`: the mean cross entropy over the weighted tokens, its divisor a
+  constant of the batch (no gradient through the count), as
+  TokenMicroLoss's."""
+  def Loss(outputs: tuple) -> tf.Tensor:
+    logits, weights = outputs
+    norm = tf.stop_gradient(tf.maximum(tf.reduce_sum(weights), 1.0))
+    return tf.reduce_sum(_PerToken(logits, labels) * weights) / norm
+  return Loss
+
+
+def TokenMicroLoss(paddings: tf.Tensor) -> Callable[[tuple, tf.Tensor], tf.Tensor]:
+  """TokenLoss's term of one micro-batch, for FPropWithLoss with the
+  labels as loss_inputs: the whole batch's token count from `paddings`."""
+  norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
+  return lambda out, labels: tf.reduce_sum(_PerToken(out[0], labels) * out[1]) / norm
 
 
 def Loss(outputs: Any) -> tf.Tensor:
-  """Mean of squared outputs; the stack's weighted cross entropy."""
-  if isinstance(outputs, tuple):
-    _, per_token, weights = outputs
-    return lm_layers.WeightedLoss(per_token, weights)
+  """Mean of squared outputs."""
   return tf.reduce_mean(tf.square(outputs))
 
 
-def ClassifierLoss(outputs: tuple) -> tf.Tensor:
-  """GPipeConvNetClassifier's loss from its pipeline's outputs (logits with
-  the per-example cross entropy as last column, labels)."""
-  return tf.reduce_mean(outputs[0][:, -1])
+def ClassifierLoss(labels: tf.Tensor, num_classes: int, label_smoothing: float
+                   ) -> Callable[[Any], tf.Tensor]:
+  """GPipeConvNetClassifier's loss of its pipeline's logits with `labels`:
+  the mean cross entropy with the label-smoothed targets."""
+  targets = (1.0 - label_smoothing) * tf.one_hot(labels, num_classes) + (
+      label_smoothing / num_classes)
+  return lambda logits: tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(targets, logits))
 
 
 def FloatInputs(inputs: tuple) -> List[tf.Tensor]:
@@ -140,39 +179,29 @@ def ExpectedMovingAverages(bn_inputs: Dict[str, List[np.ndarray]], decay: float
   return expected
 
 
-def MicroLoss(inputs: Sequence[tf.Tensor], num_micro: int) -> Callable[[Any], tf.Tensor]:
+def MicroLoss(num_micro: int) -> Callable[[Any], tf.Tensor]:
   """The per-micro-batch terms of Loss, for PipeliningLayer.FPropWithLoss:
-  they sum to Loss of the merged outputs. The stack's weighted cross
-  entropy divides by the whole batch's weight, counted from the paddings
-  before the pipeline (a constant of the batch: ConstantNormLoss)."""
-  if len(inputs) == 3:  # the Transformer stack: ids, paddings, labels
-    norm = tf.maximum(tf.reduce_sum(1.0 - inputs[1]), 1.0)
-    return lambda out: tf.reduce_sum(out[1] * out[2]) / norm
+  they sum to Loss of the merged outputs."""
   return lambda out: (tf.reduce_sum(tf.square(out)) /
                       tf.cast(tf.size(out) * num_micro, out.dtype))
 
 
-def ConstantNormLoss(outputs: Any) -> tf.Tensor:
-  """Loss, whose weighted mean's divisor is a constant of the batch (no
-  gradient through the count of weights), as MicroLoss's."""
-  if isinstance(outputs, tuple):
-    _, per_token, weights = outputs
-    norm = tf.stop_gradient(tf.maximum(tf.reduce_sum(weights), 1.0))
-    return tf.reduce_sum(per_token * weights) / norm
-  return Loss(outputs)
-
-
 def TrainStepWithLoss(pipe: gpipe.PipeliningLayer, step: int, num_micro: int,
-                      eager: bool = False):
-  """As TrainStep, through FPropWithLoss with MicroLoss: the loss inside
-  the pipeline, in the order of the pipeline's schedule."""
+                      eager: bool = False, labels: Optional[tf.Tensor] = None):
+  """As TrainStep, through FPropWithLoss with MicroLoss (with `labels`, the
+  Transformer stack's TokenMicroLoss, the labels its loss_inputs): the loss
+  inside the pipeline, in the order of the pipeline's schedule."""
   variables = list(pipe.trainable_variables)
 
   def Step(*inputs):
     with tf.GradientTape() as tape:
       tape.watch(FloatInputs(inputs))
       theta = step_seeds.WithStepSeed(pipe.theta, [step, 0])
-      loss, outputs = pipe.FPropWithLoss(theta, MicroLoss(inputs, num_micro), *inputs)
+      if labels is None:
+        loss, outputs = pipe.FPropWithLoss(theta, MicroLoss(num_micro), *inputs)
+      else:
+        loss, outputs = pipe.FPropWithLoss(theta, TokenMicroLoss(inputs[1]), *inputs,
+                                           loss_inputs=labels)
     return outputs, loss, tape.gradient(loss, variables + FloatInputs(inputs))
 
   return Step if eager else tf.function(Step, autograph=False)

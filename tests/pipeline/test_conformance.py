@@ -7,7 +7,8 @@ tests/bfloat16_transparency.py's (bfloat16: a few bfloat16 steps). The
 schedules run with the loss inside the pipeline (FPropWithLoss); fill-drain
 also through FProp with the loss outside. R=2 replicas of M micro-batches
 are the R*M micro-batches of one pipeline. Batch norm runs across the
-schedules in its own matrix below, and so does evaluation.
+schedules in its own matrix below, and so do evaluation and labels passed
+to the loss beside the inputs (loss_inputs).
 
 `make test` runs float32 but R=2 in one emission per remat policy (without
 remat in one, per cell in the other, alternating over the schedules), and
@@ -18,6 +19,8 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import eval_mode
+from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
@@ -126,7 +129,7 @@ def test_evaluation(name, emission, replicas):
     expected = transparency.Reference(pipe).Forward((x,), num_micro, step=0)
     fprop = tf.function(lambda x: pipe.FProp(pipe.theta, x), autograph=False)
     with_loss = tf.function(lambda x: pipe.FPropWithLoss(
-        pipe.theta, models.MicroLoss((x,), num_micro), x), autograph=False)
+        pipe.theta, models.MicroLoss(num_micro), x), autograph=False)
     y = fprop(x)
     loss, y_with_loss = with_loss(x)
     graph = fprop.get_concrete_function(x).graph
@@ -135,3 +138,57 @@ def test_evaluation(name, emission, replicas):
   transparency.AssertClose(loss, models.Loss(expected), 'loss')
   loops = [op.type for op in graph.get_operations() if op.type in ('While', 'StatelessWhile')]
   assert bool(loops) == (emission == 'loop'), loops
+
+
+def _LossInputCases():
+  """Each schedule with the loss inside; in `make test` one (emission, R)
+  each, the four pairs in turn over the schedules."""
+  pairs = [(e, r) for r in (1, 2) for e in EMISSIONS]
+  names = [name for name in SCHEDULES if SCHEDULES[name][3]]
+  return [pytest.param(name, emission, replicas, id=f'{name}-{emission}-R{replicas}',
+                       marks=() if pairs[i % len(pairs)] == (emission, replicas)
+                       else pytest.mark.slow)
+          for i, name in enumerate(names) for emission, replicas in pairs]
+
+
+def _WeightedXent(logits, targets, norm):
+  xent = tf.nn.sparse_softmax_cross_entropy_with_logits(targets.labels, logits)
+  return tf.reduce_sum(xent * targets.weights) / norm
+
+
+@pytest.mark.parametrize('name,emission,replicas', _LossInputCases())
+def test_loss_inputs(name, emission, replicas):
+  """Labels and weights given beside the inputs (loss_inputs) reach each
+  micro-batch's loss as that micro-batch's slice, never through the
+  cells: outputs, loss and gradients of a step, and the loss in
+  evaluation, equal the unpartitioned network's with the whole batch's
+  labels and weights."""
+  layers, shape = models.FfnLayers(keep_prob=0.7)
+  pipe, x, num_micro = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas,
+                                 layers, shape)
+  targets = NestedMap(
+      labels=tf.random.stateless_uniform([BATCH], [3, 4], 0, shape[-1], tf.int32),
+      weights=tf.random.stateless_uniform([BATCH], [5, 6]) * tf.cast(
+          tf.range(BATCH) % 3 > 0, tf.float32))
+  norm = tf.reduce_sum(targets.weights)
+  variables = list(pipe.trainable_variables)
+
+  def PipelineLoss(x):
+    theta = step_seeds.WithStepSeed(pipe.theta, [7, 0])
+    return pipe.FPropWithLoss(theta, lambda out, t: _WeightedXent(out, t, norm), x,
+                              loss_inputs=targets)
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      loss, y = PipelineLoss(x)
+    return y, loss, tape.gradient(loss, variables + [x])
+
+  reference_loss = lambda y: _WeightedXent(y, targets, norm)
+  transparency.CheckTransparent(pipe, (x,), num_micro, loss_fn=reference_loss,
+                                train_step=Step)
+  with eval_mode.EvalMode():
+    expected = transparency.Reference(pipe).Forward((x,), SCHEDULES[name][2], step=7)
+    loss, _ = tf.function(PipelineLoss, autograph=False)(x)
+  transparency.AssertClose(loss, reference_loss(expected), 'evaluation loss')

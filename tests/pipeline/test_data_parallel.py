@@ -44,7 +44,7 @@ def _Train(pipe, shape, num_micro, steps, optimizer):
     x = tf.random.stateless_normal(shape, tf.stack([step, 9]))
     with tf.GradientTape() as tape:
       theta = step_seeds.WithStepSeed(pipe.theta, tf.stack([tf.cast(step, tf.int64), 0]))
-      loss, _ = pipe.FPropWithLoss(theta, models.MicroLoss((x,), num_micro), x)
+      loss, _ = pipe.FPropWithLoss(theta, models.MicroLoss(num_micro), x)
     grads = tape.gradient(loss, trained)
     with tf.control_dependencies([optimizer.apply_gradients(zip(grads, trained))]):
       return tf.identity(loss)
@@ -130,7 +130,7 @@ def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
   @tf.function(autograph=False)
   def Grads(x):
     with tf.GradientTape() as tape:
-      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 2), x)
+      loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss(2), x)
     return tape.gradient(loss, trained)
 
   graph = Grads.get_concrete_function(tf.TensorSpec(shape)).graph
@@ -176,7 +176,7 @@ def test_loop_reduces_a_finished_cell_while_the_others_still_work(kind):
 
     @tf.function(autograph=False)
     def Loss(x):
-      return pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4 * replicas), x)[0]
+      return pipe.FPropWithLoss(pipe.theta, models.MicroLoss(4 * replicas), x)[0]
 
     return pipe, Loss.get_concrete_function(tf.TensorSpec(shape)).graph
 

@@ -6,7 +6,6 @@ and every schedule's errors come at build (replicas: test_data_parallel)."""
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
@@ -290,7 +289,7 @@ def test_eval_mode_loss_is_the_sum_of_micro_batch_losses():
   pipe = models.Pipeline(layers, shape, 2, 4, schedule=ONE_F, num_replicas=2)
   x = tf.random.stateless_normal(shape, [3, 4])
   with eval_mode.EvalMode():
-    loss, y = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+    loss, y = pipe.FPropWithLoss(pipe.theta, models.MicroLoss(4), x)
     transparency.AssertClose(y, pipe.FProp(pipe.theta, x))
   transparency.AssertClose(loss, models.Loss(y))
 
@@ -329,8 +328,8 @@ def test_consecutive_cells_per_device_packs_replicas():
 @pytest.mark.parametrize('kind,loop', [(ONE_F, 0), (ScheduleKind.ZB_H1, 2)])
 def test_transformer_stack_with_dropout(kind, loop):
   pipe = models.TransformerStackPipeline(2, 2, schedule=kind, loop_min_micro_batches=loop)
-  inputs = models.TransformerInputs(seed=24)
-  transparency.CheckTransparentWithLoss(pipe, inputs, 2)
+  transparency.CheckTransparentWithLoss(pipe, models.TransformerInputs(24), 2,
+                                        labels=models.TransformerLabels(24))
 
 
 def test_language_model_task_trains_the_same_under_every_schedule():
@@ -346,8 +345,7 @@ def test_language_model_task_trains_the_same_under_every_schedule():
     p.stack.pipeline.Set(num_partitions=4, num_micro_batches=4, schedule=kind)
     return p.Instantiate()
 
-  ids, paddings, labels = models.TransformerInputs(seed=5)
-  batch = base_layer.NestedMap(ids=ids, paddings=paddings, labels=labels)
+  batch = models.TransformerBatch(seed=5)
   results = []
   for kind in (ScheduleKind.GPIPE, ONE_F, ScheduleKind.ZB_H1):
     task = Task(kind)
@@ -388,11 +386,11 @@ def test_loss_inside_honours_loss_scaling(loop):
   def Grads(scale):
     with tf.GradientTape() as tape:
       if scale is None:
-        loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+        loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss(4), x)
         objective = loss
       else:
         with precision.LossScaling(tf.constant(scale)):
-          loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss((x,), 4), x)
+          loss, _ = pipe.FPropWithLoss(pipe.theta, models.MicroLoss(4), x)
         objective = loss * scale
     return loss, tape.gradient(objective, variables)
 

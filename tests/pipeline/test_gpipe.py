@@ -38,7 +38,9 @@ def test_convnet_with_batch_norm_and_dropout(k, m):
 def test_transformer_stack_with_dropout(k, m):
   pipe = models.TransformerStackPipeline(k, m)
   assert pipe.num_cells == k
-  transparency.CheckTransparent(pipe, models.TransformerInputs(seed=k * 100 + m), m)
+  seed = k * 100 + m
+  transparency.CheckTransparent(pipe, models.TransformerInputs(seed), m,
+                                loss_fn=models.TokenLoss(models.TransformerLabels(seed)))
 
 
 @pytest.mark.parametrize('k,m', models.KMGrid())

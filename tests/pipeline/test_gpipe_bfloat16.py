@@ -36,7 +36,9 @@ def test_ffn_bfloat16_pipeline_equals_unpipelined(k, m):
 @pytest.mark.parametrize('k,m', _Grid({(2, 1), (4, 4)}))
 def test_transformer_bfloat16_pipeline_equals_unpipelined(k, m):
   pipe = models.TransformerStackPipeline(k, m, fprop_dtype=bfloat16_transparency.DTYPE)
-  bfloat16_transparency.CheckBf16Transparent(pipe, list(models.TransformerInputs(5)), m)
+  bfloat16_transparency.CheckBf16Transparent(
+      pipe, list(models.TransformerInputs(5)), m,
+      loss_fn=models.TokenLoss(models.TransformerLabels(5)))
 
 
 def test_variables_slots_and_checkpoints_stay_float32(tmp_path):
@@ -81,7 +83,9 @@ def test_weight_casts_once_per_cell_and_step_on_cell_device(stack):
     pipe = models.TransformerStackPipeline(4, 4, fprop_dtype=bfloat16_transparency.DTYPE,
                                            devices=devices)
     specs = [tf.TensorSpec(x.shape, x.dtype) for x in models.TransformerInputs(0)]
-  graph_def = models.TrainStep(pipe, 0, bfloat16_transparency.Float32Loss).get_concrete_function(
+  loss_fn = (bfloat16_transparency.Float32Loss if stack == 'ffn' else
+             models.TokenLoss(models.TransformerLabels(0)))
+  graph_def = models.TrainStep(pipe, 0, loss_fn).get_concrete_function(
       *specs).graph.as_graph_def()
   nodes = {n.name: n for n in graph_def.node}
   casts_per_read = {}

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.pipeline.schedule import ScheduleKind
@@ -47,8 +46,7 @@ def _Task(layout):
 
 def _Step(task):
   """Loss and gradients by variable path of one training step at step 5."""
-  ids, paddings, labels = models.TransformerInputs(seed=7)
-  batch = NestedMap(ids=ids, paddings=paddings, labels=labels)
+  batch = models.TransformerBatch(seed=7)
   by_path = variable_paths.VariablesByPath(task)
   names = [n for n, v in by_path.items() if v.trainable]
 
@@ -103,8 +101,7 @@ def test_dropout_is_on():
   """The layouts above would agree trivially without dropout: the loss at
   another step differs."""
   task = _Task(LAYOUTS['K2-M2'])
-  ids, paddings, labels = models.TransformerInputs(seed=7)
-  batch = NestedMap(ids=ids, paddings=paddings, labels=labels)
+  batch = models.TransformerBatch(seed=7)
   losses = [task.FProp(step_seeds.WithStepSeed(task.theta, [s, 0]), batch).loss.numpy()
             for s in (5, 6)]
   assert losses[0] != losses[1]

@@ -282,3 +282,41 @@ def test_bad_batch_dim(batch_dim):
   with pytest.raises(ValueError, match=rf'batch_dim must be 0 \(batch-major\) or 1 '
                      rf'\(time-major\), got {batch_dim}'):
     _Pipe(2, batch_dim=batch_dim)
+
+
+def _NeverCalled(*args):
+  raise AssertionError('the loss ran although its inputs were refused')
+
+
+def test_loss_input_with_another_batch_size():
+  pipe = _Pipe(2)
+  with pytest.raises(ValueError, match=(
+      r"loss_inputs\.labels \(shape \(4,\)\) has 4 examples at batch_dim=0 where the "
+      r"pipeline inputs have 8: give it one entry per example")):
+    pipe.FPropWithLoss(pipe.theta, _NeverCalled, _Normal([B, D], 1),
+                       loss_inputs=NestedMap(labels=tf.zeros([4], tf.int32)))
+
+
+def test_loss_input_without_a_batch_dim():
+  pipe = _Pipe(2)
+  with pytest.raises(ValueError, match=(
+      r"loss_inputs \(shape \(\)\) has no static size at batch_dim=0: loss inputs are "
+      r"per-example tensors .* let loss_fn read it directly")):
+    pipe.FPropWithLoss(pipe.theta, _NeverCalled, _Normal([B, D], 1),
+                       loss_inputs=tf.constant(1.0))
+
+
+def test_time_major_loss_inputs_are_cut_along_the_batch():
+  """batch_dim=1: [time, batch] weights reach each micro-batch's loss as
+  its [time, micro-batch] slice; the loss and gradients equal the whole
+  batch's weighted sum (the layers act on each example alone)."""
+  pipe = _Pipe(4, batch_dim=1)
+  x, weights = _Normal([3, B, D], 1), _Normal([3, B], 2)
+  variables = list(pipe.trainable_variables)
+  with tf.GradientTape(persistent=True) as tape:
+    loss, _ = pipe.FPropWithLoss(
+        pipe.theta, lambda y, w: tf.reduce_sum(y[..., 0] * w), x, loss_inputs=weights)
+    expected = tf.reduce_sum(pipe.FProp(pipe.theta, x)[..., 0] * weights)
+  transparency.AssertClose(loss, expected, 'loss')
+  transparency.AssertClose(tape.gradient(loss, variables), tape.gradient(expected, variables),
+                           'gradients')

@@ -34,14 +34,14 @@ def _Step(pipe, inputs, loss_fn=models.Loss):
   return models.TrainStep(pipe, 3, loss_fn)(*inputs)
 
 
-def _CheckCompiledEqualsUncompiled(build, inputs):
+def _CheckCompiledEqualsUncompiled(build, inputs, loss_fn=models.Loss):
   plain = build(CellCompilation.NONE)
   compiled = build(CellCompilation.XLA)
   for a, b in zip(plain.variables, compiled.variables):
     assert a.name == b.name
     b.assign(a)
-  y0, loss0, grads0 = _Step(plain, inputs)
-  y1, loss1, grads1 = _Step(compiled, inputs)
+  y0, loss0, grads0 = _Step(plain, inputs, loss_fn)
+  y1, loss1, grads1 = _Step(compiled, inputs, loss_fn)
   _AssertClose(y1, y0, 'outputs')
   _AssertClose(loss1, loss0, 'loss')
   for v, g1, g0 in zip(list(plain.trainable_variables) + ['input'] * 9,
@@ -74,7 +74,7 @@ def test_ffn_xla_cells_equal_uncompiled(k, m, remat):
 def test_transformer_xla_cells_equal_uncompiled(k, m):
   _CheckCompiledEqualsUncompiled(
       lambda jit: models.TransformerStackPipeline(k, m, jit_compile=jit),
-      list(models.TransformerInputs(2)))
+      list(models.TransformerInputs(2)), models.TokenLoss(models.TransformerLabels(2)))
 
 
 def test_cell_functions_are_compiled_on_cell_devices():

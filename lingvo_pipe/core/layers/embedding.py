@@ -189,20 +189,30 @@ class SoftmaxLayer(base_layer.BaseLayer):
       TypeError: if `labels` are not integers.
       ValueError: if the shapes do not fit (see Logits).
     """
-    p = self.params
     logits = precision.Float32(self.Logits(theta, inputs))
-    labels = _IntegerTensor(p, 'labels', labels)
-    if not labels.shape.is_compatible_with(logits.shape[:-1]):
-      raise ValueError(f'SoftmaxLayer {p.name!r}: labels of shape '
-                       f'{labels.shape} must have the shape of the inputs '
-                       f'without the last dim, {logits.shape[:-1]}.')
     log_probs = tf.nn.log_softmax(logits)
-    targets = SmoothedTargets(labels, p.num_classes, p.label_smoothing,
-                              log_probs.dtype)
-    per_example_loss = -tf.reduce_sum(targets * log_probs, axis=-1)
+    per_example_loss = self.CrossEntropy(log_probs, labels)
     return NestedMap(logits=logits, log_probs=log_probs,
                      per_example_loss=per_example_loss,
                      loss=tf.reduce_mean(per_example_loss))
+
+  def CrossEntropy(self, log_probs: tf.Tensor, labels: Any) -> tf.Tensor:
+    """The cross entropy [...] of `log_probs` [..., num_classes] (the
+    log-softmax of FProp's logits) with the smoothed targets of `labels`.
+
+    Raises:
+      TypeError: if `labels` are not integers.
+      ValueError: if labels' shape is not log_probs' without its last dim.
+    """
+    p = self.params
+    labels = _IntegerTensor(p, 'labels', labels)
+    if not labels.shape.is_compatible_with(log_probs.shape[:-1]):
+      raise ValueError(f'SoftmaxLayer {p.name!r}: labels of shape '
+                       f'{labels.shape} must have the shape of the inputs '
+                       f'without the last dim, {log_probs.shape[:-1]}.')
+    targets = SmoothedTargets(labels, p.num_classes, p.label_smoothing,
+                              log_probs.dtype)
+    return -tf.reduce_sum(targets * log_probs, axis=-1)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, input_shape: Any,

@@ -3,8 +3,8 @@ sequence of pipelineable layers for CIFAR-sized images.
 
 The genotype is the published AmoebaNet-D one, with the normal-cell concat
 of TensorFlow's reference implementation ([0, 3, 4, 6]), which GPipe used.
-Each cell maps (state, previous state) to (new state, state); layers carry
-the labels along (pipelined_model.CarryLayer), so any partition works.
+Each cell maps (state, previous state) to (new state, state), so any
+partition works.
 """
 
 import enum
@@ -22,7 +22,6 @@ from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline import pipelined_model
 
 
 class Op(enum.Enum):
@@ -263,23 +262,18 @@ class Head(base_layer.BaseLayer):
     return meta + layer_meta.LayerMeta(meta.out_shapes, 2 * layer_meta.NumElements(shape))
 
 
-def _Carry(name: str, body: hyperparams.Params, inputs: int, replaced: int):
-  return pipelined_model.CarryLayer.Params().Set(
-      name=name, body=body, num_body_inputs=inputs, num_replaced_inputs=replaced)
-
-
 def AmoebaNetDLayers(num_normal_cells: int, num_filters: int, num_classes: int,
                      image_channels: int = 3) -> List[hyperparams.Params]:
   """Stem, 3 stacks of `num_normal_cells` normal cells with a reduction cell
   between stacks, and the head: AmoebaNet-D(N=num_normal_cells,
-  F=num_filters) for GPipeConvNetClassifier (carried: state, previous
-  state, labels)."""
+  F=num_filters) for GPipeConvNetClassifier (each maps (state, previous
+  state) on; the stem takes the images, the head makes the logits)."""
   if num_normal_cells < 1 or num_filters < 4 or num_filters % 4:
     raise ValueError(f'AmoebaNet-D needs num_normal_cells >= 1 and num_filters '
                      f'a positive multiple of 4; got {num_normal_cells}, {num_filters}.')
   channels = num_filters // 4
-  layers = [_Carry('stem', Stem.Params().Set(image_channels=image_channels,
-                                             channels=channels), 1, 1)]
+  layers = [Stem.Params().Set(name='stem', image_channels=image_channels,
+                              channels=channels)]
   prev_prev = prev = channels
   reduction_prev = False
   for stack in range(3):
@@ -290,8 +284,8 @@ def AmoebaNetDLayers(num_normal_cells: int, num_filters: int, num_classes: int,
                                      channels=channels, reduction=reduction,
                                      reduction_prev=reduction_prev)
       name = f'stack{stack}_reduction' if reduction else f'stack{stack}_normal{i}'
-      layers.append(_Carry(name, cell, 2, 2))
+      layers.append(cell.Set(name=name))
       prev_prev, prev = prev, channels * len(_Genotype(cell)[1])
       reduction_prev = reduction
-  layers.append(_Carry('head', Head.Params().Set(channels=prev, num_classes=num_classes), 2, 2))
+  layers.append(Head.Params().Set(name='head', channels=prev, num_classes=num_classes))
   return layers

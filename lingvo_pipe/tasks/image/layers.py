@@ -1,38 +1,50 @@
-"""A pipelined convnet classifier: labels travel with the activations and
-the last cell takes the softmax cross entropy."""
+"""A pipelined convnet classifier: the layers map images to logits, and
+each micro-batch's cross entropy is taken with its own labels right after
+the last cell (the labels never enter the cells), so every schedule trains
+it."""
 
 from typing import Any
 
 import tensorflow as tf
 
-from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import embedding
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline.pipelined_model import CarryLayer
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
+from lingvo_pipe.pipeline.schedule import ScheduleKind
 
 
 class GPipeConvNetClassifier(PipelinedModel):
   """A pipelined sequential image classifier: `layers` map NHWC images to
-  logits [batch, num_classes] and are split into cells; labels travel with
-  the activations and the last cell takes the softmax cross entropy.
+  logits [batch, num_classes] and are split into cells; the mean softmax
+  cross entropy is taken per micro-batch inside the pipeline, with the
+  micro-batch's labels (PipeliningLayer.FPropWithLoss's loss_inputs).
 
   FProp(theta, images, labels) returns NestedMap(logits, per_example_loss,
   loss).
   """
 
+  # Trains every schedule: FProp runs the pipeline through FPropWithLoss.
+  PIPELINE_SCHEDULES = tuple(ScheduleKind)
+
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
     p = super().Params()
     p.Define('layers', [], 'Layer params from images to [batch, num_classes] '
-             'logits: single-tensor layers, or CarryLayers for layers that '
-             'carry more state (the labels always travel last).')
+             'logits: layers that map a tuple to a tuple (CarryLayers where '
+             'one carries more state than it uses).')
     p.Define('num_classes', 10, 'Number of classes.')
     p.Define('input_shape', None, 'Image batch shape [batch, h, w, c].')
     p.Define('label_smoothing', 0.0, 'Label smoothing.')
     return p
+
+  def __init__(self, params: hyperparams.Params) -> None:
+    super().__init__(params)
+    p = self.params
+    logits = self.FPropMeta(p, p.input_shape).out_shapes[0].logits
+    if logits[-1] != p.num_classes:
+      raise ValueError(f'The convnet layers must end in [batch, num_classes='
+                       f'{p.num_classes}] logits, got {logits}.')
 
   @classmethod
   def PipelineParams(cls, p: hyperparams.Params) -> hyperparams.Params:
@@ -40,54 +52,32 @@ class GPipeConvNetClassifier(PipelinedModel):
       raise ValueError(f'GPipeConvNetClassifier {p.name!r} needs p.layers '
                        f'({len(p.layers)} given) and p.input_shape '
                        f'({p.input_shape}).')
-    layers = [lp if lp.cls is CarryLayer else
-              CarryLayer.Params().Set(name=lp.name or f'layer_{i}', body=lp)
-              for i, lp in enumerate(p.layers)]
-    layers.append(CarryLayer.Params().Set(
-        name='xent', num_body_inputs=2, body=_XentLayer.Params().Set(
-            num_classes=p.num_classes, label_smoothing=p.label_smoothing)))
-    return p.pipeline.Copy().Set(name='pipeline', layers=layers,
-                                 input_shapes=[p.input_shape, p.input_shape[:1]])
+    return p.pipeline.Copy().Set(name='pipeline', layers=list(p.layers),
+                                 input_shapes=[p.input_shape])
 
   def FProp(self, theta: NestedMap, images: tf.Tensor, labels: tf.Tensor) -> NestedMap:
-    logits_and_loss, _ = self.pipeline.FProp(theta.pipeline, images, labels)
-    logits, per_example = logits_and_loss[..., :-1], logits_and_loss[..., -1]
-    return NestedMap(logits=logits, per_example_loss=per_example,
-                     loss=tf.reduce_mean(per_example))
+    norm = tf.cast(tf.shape(labels)[0], tf.float32)
+    loss, logits = self.pipeline.FPropWithLoss(
+        theta.pipeline, lambda out, micro: tf.reduce_sum(self._CrossEntropy(out, micro)) / norm,
+        images, loss_inputs=labels)
+    return NestedMap(logits=logits, per_example_loss=self._CrossEntropy(logits, labels),
+                     loss=loss)
 
-  @classmethod
-  def OutputShapes(cls, logits_and_loss: tf.TensorShape, labels: tf.TensorShape
-                   ) -> NestedMap:
-    batch, width = logits_and_loss
-    return NestedMap(logits=tf.TensorShape([batch, width - 1]),
-                     per_example_loss=tf.TensorShape([batch]), loss=tf.TensorShape([]))
-
-
-class _XentLayer(base_layer.BaseLayer):
-  """(logits, labels) -> [batch, num_classes + 1]: the logits with the
-  per-example cross entropy appended (one tensor, so it carries labels)."""
-
-  @classmethod
-  def Params(cls) -> hyperparams.InstantiableParams:
-    p = super().Params()
-    p.Define('num_classes', 10, 'Number of classes.')
-    p.Define('label_smoothing', 0.0, 'Label smoothing.')
-    return p
-
-  def FProp(self, theta: NestedMap, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+  def _CrossEntropy(self, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     p = self.params
+    logits = tf.cast(logits, tf.float32)
     targets = embedding.SmoothedTargets(tf.cast(labels, tf.int32), p.num_classes,
                                         p.label_smoothing, logits.dtype)
-    xent = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
-    return tf.concat([logits, xent[:, None]], axis=1)
+    return tf.nn.softmax_cross_entropy_with_logits(targets, logits)
 
   @classmethod
-  def FPropMeta(cls, params: hyperparams.Params, logits_shape: Any,
-                labels_shape: Any) -> layer_meta.LayerMeta:
-    shape = tf.TensorShape(logits_shape)
-    if shape.rank != 2 or shape[1] != params.num_classes:
-      raise ValueError(f'The convnet layers must end in [batch, num_classes='
-                       f'{params.num_classes}] logits, got {shape}.')
-    out = tf.TensorShape([shape[0], shape[1] + 1])
-    return layer_meta.LayerMeta((out,), flops=6 * layer_meta.NumElements(shape),
-                                act_bytes=layer_meta.Bytes([out, shape], params.dtype))
+  def PipelineInputShapes(cls, images: Any, labels: Any = None) -> tuple:
+    return (images,)
+
+  @classmethod
+  def OutputShapes(cls, *logits: tf.TensorShape) -> NestedMap:
+    shape = tf.TensorShape(logits[0])
+    if len(logits) != 1 or shape.rank != 2:
+      raise ValueError(f'The convnet layers must end in one [batch, num_classes] logits '
+                       f'tensor, got {list(logits)}.')
+    return NestedMap(logits=shape, per_example_loss=shape[:1], loss=tf.TensorShape([]))

@@ -1,10 +1,11 @@
 """A GPipe Transformer stack: embedding in the first cell, softmax in the last.
 
-The paddings and labels travel with the activations (CarryLayer), so any
-partition into cells works. The loss is a weighted mean taken after the
-pipeline, on the last cell's device; under a schedule other than GPipe's
-(1F1B, interleaved) each micro-batch's share of it is taken inside the
-pipeline, right after the last cell's forward.
+The paddings travel with the activations (CarryLayer), so any partition
+into cells works; the labels never enter the cells: each micro-batch's
+share of the weighted cross entropy is taken inside the pipeline, right
+after the last cell's forward, from its logits and that micro-batch's
+labels (PipeliningLayer.FPropWithLoss's loss_inputs), so every schedule
+trains it.
 """
 
 import math
@@ -18,7 +19,9 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import embedding
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.core import precision
 from lingvo_pipe.core import weights
+from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.pipelined_model import CarryLayer
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
 from lingvo_pipe.pipeline.schedule import ScheduleKind
@@ -36,8 +39,8 @@ def Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:
 
 
 class TokenEmbeddingStage(base_layer.BaseLayer):
-  """(ids, paddings, labels) -> (embeddings * sqrt(d) + positions, paddings,
-  labels): the first layer of a GPipe Transformer stack."""
+  """(ids, paddings) -> (embeddings * sqrt(d) + positions, paddings): the
+  first layer of a GPipe Transformer stack."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -53,27 +56,26 @@ class TokenEmbeddingStage(base_layer.BaseLayer):
         vocab_size=p.vocab_size, embedding_dim=p.model_dim, scale_sqrt_depth=True,
         params_init=weights.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
 
-  def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
-            labels: tf.Tensor) -> tuple:
+  def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor) -> tuple:
     x = self.emb.FProp(theta.emb, ids)
     x += Positions(ids.shape[1], self.params.model_dim, x.dtype)[None]
-    return x, paddings, labels
+    return x, paddings
 
   @classmethod
-  def FPropMeta(cls, params: hyperparams.Params, ids_shape: Any, paddings_shape: Any,
-                labels_shape: Any) -> layer_meta.LayerMeta:
+  def FPropMeta(cls, params: hyperparams.Params, ids_shape: Any,
+                paddings_shape: Any) -> layer_meta.LayerMeta:
     ids_shape = tf.TensorShape(ids_shape)
     out = ids_shape.concatenate([params.model_dim])
     n = layer_meta.NumElements(out)
     return layer_meta.LayerMeta(
-        (out, tf.TensorShape(paddings_shape), tf.TensorShape(labels_shape)),
+        (out, tf.TensorShape(paddings_shape)),
         flops=2 * n, param_bytes=params.vocab_size * params.model_dim *
         tf.as_dtype(params.dtype).size, act_bytes=layer_meta.Bytes([out, out], params.fprop_dtype or params.dtype))
 
 
 class SoftmaxStage(base_layer.BaseLayer):
-  """(x, paddings, labels) -> (logits, per-token cross entropy, weights):
-  the last layer of a GPipe Transformer stack."""
+  """(x, paddings) -> (float32 logits, weights = 1 - paddings): the last
+  layer of a GPipe Transformer stack; TokenLoss takes the cross entropy."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -85,31 +87,42 @@ class SoftmaxStage(base_layer.BaseLayer):
     super().__init__(params)
     self.CreateChild('softmax', self.params.softmax)
 
-  def FProp(self, theta: NestedMap, x: tf.Tensor, paddings: tf.Tensor,
-            labels: tf.Tensor) -> tuple:
-    out = self.softmax.FProp(theta.softmax, x, labels)
-    return out.logits, out.per_example_loss, 1.0 - paddings
+  def FProp(self, theta: NestedMap, x: tf.Tensor, paddings: tf.Tensor) -> tuple:
+    return precision.Float32(self.softmax.Logits(theta.softmax, x)), 1.0 - paddings
 
   @classmethod
-  def FPropMeta(cls, params: hyperparams.Params, x_shape: Any, paddings_shape: Any,
-                labels_shape: Any) -> layer_meta.LayerMeta:
-    sm = params.softmax.cls.FPropMeta(params.softmax, x_shape, labels_shape)
-    out = sm.out_shapes[0]
-    return layer_meta.LayerMeta(
-        (out.logits, out.per_example_loss, tf.TensorShape(paddings_shape)),
-        sm.flops, sm.param_bytes, sm.act_bytes)
+  def FPropMeta(cls, params: hyperparams.Params, x_shape: Any,
+                paddings_shape: Any) -> layer_meta.LayerMeta:
+    sm = params.softmax.cls.FPropMeta(params.softmax, x_shape, paddings_shape)
+    return layer_meta.LayerMeta((sm.out_shapes[0].logits, tf.TensorShape(paddings_shape)),
+                                sm.flops, sm.param_bytes, sm.act_bytes)
 
 
-def WeightedLoss(per_token: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
-  """Mean of per-token losses over tokens with weight > 0."""
-  return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+def TokenLoss(pipeline: gpipe.PipeliningLayer, theta: NestedMap,
+              softmax: embedding.SoftmaxLayer, paddings: tf.Tensor, labels: tf.Tensor,
+              *inputs: tf.Tensor) -> NestedMap:
+  """NestedMap(logits, per_token_loss, weights, loss) of a pipeline that
+  ends in a SoftmaxStage, run on `inputs`: the loss is the mean cross
+  entropy (of `softmax`'s targets) over the tokens `paddings` leaves,
+  each micro-batch's share taken inside the pipeline from its logits and
+  its labels (loss_inputs), so that any schedule trains it."""
+  norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
+
+  def MicroLoss(out: tuple, micro_labels: tf.Tensor) -> tf.Tensor:
+    logits, weights = out
+    per_token = softmax.CrossEntropy(tf.nn.log_softmax(logits), micro_labels)
+    return tf.reduce_sum(per_token * weights) / norm
+
+  loss, (logits, weights) = pipeline.FPropWithLoss(theta, MicroLoss, *inputs,
+                                                   loss_inputs=labels)
+  per_token = softmax.CrossEntropy(tf.nn.log_softmax(logits), labels)
+  return NestedMap(logits=logits, per_token_loss=per_token, weights=weights, loss=loss)
 
 
-def TokenLossShapes(logits: tf.TensorShape, per_token: tf.TensorShape,
-                    weights: tf.TensorShape) -> NestedMap:
+def TokenLossShapes(logits: tf.TensorShape, weights: tf.TensorShape) -> NestedMap:
   """A token model's FProp output shapes (NestedMap(logits, per_token_loss,
   weights, loss)) from its softmax stage's."""
-  return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
+  return NestedMap(logits=logits, per_token_loss=weights, weights=weights,
                    loss=tf.TensorShape([]))
 
 
@@ -158,19 +171,17 @@ class GPipeTransformerStack(PipelinedModel):
             label_smoothing=p.label_smoothing)))
     shape = [p.batch_size, p.seq_len]
     return p.pipeline.Copy().Set(name='pipeline', layers=layers,
-                                 input_shapes=[shape, shape, shape])
+                                 input_shapes=[shape, shape])
 
   def FProp(self, theta: NestedMap, ids: tf.Tensor, paddings: tf.Tensor,
             labels: tf.Tensor) -> NestedMap:
-    # The loss inside the pipeline, per micro-batch: any schedule runs it.
-    norm = tf.maximum(tf.reduce_sum(1.0 - paddings), 1.0)
-    loss, (logits, per_token, weights) = self.pipeline.FPropWithLoss(
-        theta.pipeline, lambda out: tf.reduce_sum(out[1] * out[2]) / norm,
-        ids, paddings, labels)
-    return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
-                     loss=loss)
+    return TokenLoss(self.pipeline, theta.pipeline, self.pipeline.layers[-1].softmax,
+                     paddings, labels, ids, paddings)
 
   @classmethod
-  def OutputShapes(cls, logits: tf.TensorShape, per_token: tf.TensorShape,
-                   weights: tf.TensorShape) -> NestedMap:
-    return TokenLossShapes(logits, per_token, weights)
+  def PipelineInputShapes(cls, ids: Any, paddings: Any, labels: Any) -> tuple:
+    return ids, paddings
+
+  @classmethod
+  def OutputShapes(cls, logits: tf.TensorShape, weights: tf.TensorShape) -> NestedMap:
+    return TokenLossShapes(logits, weights)

@@ -159,8 +159,7 @@ class CachedSampler:
               new_caches.append(cache)
             else:
               x = x[:, -1:, :]  # only the newest position's logits
-              x = layer.FProp(lt, x, tf.zeros([self.batch_size, 1]),
-                              tf.zeros([self.batch_size, 1], tf.int32))[0]
+              x = layer.FProp(lt, x, tf.zeros([self.batch_size, 1]))[0]
     return x[:, 0, :], new_caches
 
   def _Fill(self, tokens: List[np.ndarray]) -> Tuple[tf.Tensor, List[NestedMap], int]:

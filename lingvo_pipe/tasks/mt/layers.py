@@ -1,10 +1,11 @@
 """A pipelined Transformer encoder-decoder (the paper's translation family).
 
 Every layer maps the carried tuple (source, source paddings, target, target
-paddings, labels) to the same tuple: the embedding fills both sequences,
-encoder layers rewrite the source, decoder layers rewrite the target while
+paddings) to the same tuple: the embedding fills both sequences, encoder
+layers rewrite the source, decoder layers rewrite the target while
 attending to the source, and the softmax ends it. So any partition into
-cells works, and encoder and decoder layers may share a cell.
+cells works, and encoder and decoder layers may share a cell. The labels
+reach the loss beside the pipeline (lm_layers.TokenLoss), never the cells.
 """
 
 from typing import Any, List
@@ -18,12 +19,13 @@ from lingvo_pipe.core.layers import embedding
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import pipelined_model
+from lingvo_pipe.pipeline.schedule import ScheduleKind
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
 
 class Seq2SeqEmbeddingStage(base_layer.BaseLayer):
-  """(src ids, src paddings, tgt ids, tgt paddings, labels) -> embeddings of
-  both sequences (one shared table) plus positions, the rest unchanged."""
+  """(src ids, src paddings, tgt ids, tgt paddings) -> embeddings of both
+  sequences (one shared table) plus positions, the paddings unchanged."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -39,19 +41,19 @@ class Seq2SeqEmbeddingStage(base_layer.BaseLayer):
         vocab_size=p.vocab_size, model_dim=p.model_dim))
 
   def FProp(self, theta: NestedMap, src_ids: tf.Tensor, src_paddings: tf.Tensor,
-            tgt_ids: tf.Tensor, tgt_paddings: tf.Tensor, labels: tf.Tensor) -> tuple:
-    src, _, _ = self.tokens.FProp(theta.tokens, src_ids, src_paddings, labels)
-    tgt, _, _ = self.tokens.FProp(theta.tokens, tgt_ids, tgt_paddings, labels)
-    return src, src_paddings, tgt, tgt_paddings, labels
+            tgt_ids: tf.Tensor, tgt_paddings: tf.Tensor) -> tuple:
+    src, _ = self.tokens.FProp(theta.tokens, src_ids, src_paddings)
+    tgt, _ = self.tokens.FProp(theta.tokens, tgt_ids, tgt_paddings)
+    return src, src_paddings, tgt, tgt_paddings
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *shapes: Any) -> layer_meta.LayerMeta:
     tokens = lm_layers.TokenEmbeddingStage.Params().Set(
         vocab_size=params.vocab_size, model_dim=params.model_dim, dtype=params.dtype)
-    src = tokens.cls.FPropMeta(tokens, shapes[0], shapes[1], shapes[4])
-    tgt = tokens.cls.FPropMeta(tokens, shapes[2], shapes[3], shapes[4])
+    src = tokens.cls.FPropMeta(tokens, shapes[0], shapes[1])
+    tgt = tokens.cls.FPropMeta(tokens, shapes[2], shapes[3])
     out = (src.out_shapes[0], tf.TensorShape(shapes[1]), tgt.out_shapes[0],
-           tf.TensorShape(shapes[3]), tf.TensorShape(shapes[4]))
+           tf.TensorShape(shapes[3]))
     return layer_meta.LayerMeta(out, src.flops + tgt.flops, src.param_bytes,
                                 src.act_bytes + tgt.act_bytes)
 
@@ -72,9 +74,9 @@ class DecoderStage(base_layer.BaseLayer):
     self.CreateChild('decoder', self.params.decoder)
 
   def FProp(self, theta: NestedMap, src: tf.Tensor, src_paddings: tf.Tensor,
-            tgt: tf.Tensor, tgt_paddings: tf.Tensor, labels: tf.Tensor) -> tuple:
+            tgt: tf.Tensor, tgt_paddings: tf.Tensor) -> tuple:
     tgt = self.decoder.FProp(theta.decoder, tgt, src, src_paddings, tgt_paddings)
-    return src, src_paddings, tgt, tgt_paddings, labels
+    return src, src_paddings, tgt, tgt_paddings
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *shapes: Any) -> layer_meta.LayerMeta:
@@ -85,8 +87,8 @@ class DecoderStage(base_layer.BaseLayer):
 
 
 class Seq2SeqSoftmaxStage(base_layer.BaseLayer):
-  """(src, src paddings, tgt, tgt paddings, labels) -> (logits, per-token
-  cross entropy, weights) of the target."""
+  """(src, src paddings, tgt, tgt paddings) -> (float32 logits, weights) of
+  the target (lm_layers.SoftmaxStage)."""
 
   @classmethod
   def Params(cls) -> hyperparams.InstantiableParams:
@@ -100,13 +102,13 @@ class Seq2SeqSoftmaxStage(base_layer.BaseLayer):
         softmax=self.params.softmax))
 
   def FProp(self, theta: NestedMap, src: tf.Tensor, src_paddings: tf.Tensor,
-            tgt: tf.Tensor, tgt_paddings: tf.Tensor, labels: tf.Tensor) -> tuple:
-    return self.softmax.FProp(theta.softmax, tgt, tgt_paddings, labels)
+            tgt: tf.Tensor, tgt_paddings: tf.Tensor) -> tuple:
+    return self.softmax.FProp(theta.softmax, tgt, tgt_paddings)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *shapes: Any) -> layer_meta.LayerMeta:
     stage = lm_layers.SoftmaxStage.Params().Set(softmax=params.softmax)
-    return stage.cls.FPropMeta(stage, shapes[2], shapes[3], shapes[4])
+    return stage.cls.FPropMeta(stage, shapes[2], shapes[3])
 
 
 class GPipeTransformerSeq2Seq(pipelined_model.PipelinedModel):
@@ -152,16 +154,21 @@ class GPipeTransformerSeq2Seq(pipelined_model.PipelinedModel):
             label_smoothing=p.label_smoothing)))
     src, tgt = [p.batch_size, p.src_len], [p.batch_size, p.tgt_len]
     return p.pipeline.Copy().Set(name='pipeline', layers=layers,
-                                 input_shapes=[src, src, tgt, tgt, tgt])
+                                 input_shapes=[src, src, tgt, tgt])
+
+  # Trains every schedule: FProp runs the pipeline through FPropWithLoss.
+  PIPELINE_SCHEDULES = tuple(ScheduleKind)
 
   def FProp(self, theta: NestedMap, src_ids: tf.Tensor, src_paddings: tf.Tensor,
             tgt_ids: tf.Tensor, tgt_paddings: tf.Tensor, labels: tf.Tensor) -> NestedMap:
-    logits, per_token, weights = self.pipeline.FProp(
-        theta.pipeline, src_ids, src_paddings, tgt_ids, tgt_paddings, labels)
-    return NestedMap(logits=logits, per_token_loss=per_token, weights=weights,
-                     loss=lm_layers.WeightedLoss(per_token, weights))
+    return lm_layers.TokenLoss(self.pipeline, theta.pipeline,
+                               self.pipeline.layers[-1].softmax.softmax, tgt_paddings,
+                               labels, src_ids, src_paddings, tgt_ids, tgt_paddings)
 
   @classmethod
-  def OutputShapes(cls, logits: tf.TensorShape, per_token: tf.TensorShape,
-                   weights: tf.TensorShape) -> NestedMap:
-    return lm_layers.TokenLossShapes(logits, per_token, weights)
+  def PipelineInputShapes(cls, *input_shapes: Any) -> tuple:
+    return input_shapes[:4]  # the labels reach only the loss
+
+  @classmethod
+  def OutputShapes(cls, logits: tf.TensorShape, weights: tf.TensorShape) -> NestedMap:
+    return lm_layers.TokenLossShapes(logits, weights)

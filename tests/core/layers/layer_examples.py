@@ -99,7 +99,7 @@ def _Classifier() -> hyperparams.Params:
                     input_shape=[4, 6, 6, 3])
 
 
-_SEQ2SEQ_STAGE_INPUTS = (F(2, 5, 8), Pad(2, 5), F(2, 3, 8), Pad(2, 3), Ids(6, 2, 3))
+_SEQ2SEQ_STAGE_INPUTS = (F(2, 5, 8), Pad(2, 5), F(2, 3, 8), Pad(2, 3))
 _LM_BATCH = NestedMap(ids=Ids(16, 4, 3), paddings=Pad(4, 3), labels=Ids(16, 4, 3))
 _MT_INPUTS = (Ids(16, 4, 5), Pad(4, 5), Ids(16, 4, 3), Pad(4, 3), Ids(16, 4, 3))
 
@@ -172,9 +172,6 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
     amoebanet.Head: (
         Example(_P(amoebanet.Head, channels=8, num_classes=5),
                 (F(2, 4, 4, 8), F(2, 4, 4, 8))),),
-    image_layers._XentLayer: (
-        Example(_P(image_layers._XentLayer, num_classes=5, label_smoothing=0.1),
-                (F(2, 5), Ids(5, 2))),),
     image_layers.GPipeConvNetClassifier: (
         Example(_Classifier(), (F(4, 6, 6, 3), Ids(5, 4))),),
     image_model.ImageClassificationTask: (
@@ -182,11 +179,11 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
                 (NestedMap(images=F(4, 6, 6, 3), labels=Ids(5, 4)),), meta_exempt=_TASK),),
     lm_layers.TokenEmbeddingStage: (
         Example(_P(lm_layers.TokenEmbeddingStage, vocab_size=10, model_dim=4),
-                (Ids(10, 2, 3), Pad(2, 3), Ids(10, 2, 3))),),
+                (Ids(10, 2, 3), Pad(2, 3))),),
     lm_layers.SoftmaxStage: (
         Example(_P(lm_layers.SoftmaxStage, softmax=_P(embedding.SoftmaxLayer, input_dim=4,
                                                      num_classes=10)),
-                (F(2, 3, 4), Pad(2, 3), Ids(10, 2, 3))),),
+                (F(2, 3, 4), Pad(2, 3))),),
     lm_layers.GPipeTransformerStack: (
         Example(_LmStack(), (Ids(16, 4, 3), Pad(4, 3), Ids(16, 4, 3))),),
     lm_model.LanguageModelTask: (
@@ -194,7 +191,7 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
                 meta_exempt=_TASK),),
     mt_layers.Seq2SeqEmbeddingStage: (
         Example(_P(mt_layers.Seq2SeqEmbeddingStage, vocab_size=6, model_dim=8),
-                (Ids(6, 2, 5), Pad(2, 5), Ids(6, 2, 3), Pad(2, 3), Ids(6, 2, 3))),),
+                (Ids(6, 2, 5), Pad(2, 5), Ids(6, 2, 3), Pad(2, 3))),),
     mt_layers.DecoderStage: (
         Example(_P(mt_layers.DecoderStage, decoder=_P(
             transformer.TransformerDecoderLayer, **_TRANSFORMER)), _SEQ2SEQ_STAGE_INPUTS),),

@@ -20,13 +20,16 @@ def _Pipeline(k, m):
 
 
 def _Inputs():
+  """The pipeline's inputs (source and target ids and paddings)."""
   b = models.BATCH
   src = tf.random.stateless_uniform([b, 5], [1, 0], 0, 16, tf.int32)
   src_pad = tf.cast(tf.range(5)[None, :] >= tf.range(b)[:, None] % 5 + 1, tf.float32)
   tgt = tf.random.stateless_uniform([b, 4], [1, 1], 0, 16, tf.int32)
   tgt_pad = tf.cast(tf.range(4)[None, :] >= tf.range(b)[:, None] % 4 + 1, tf.float32)
-  labels = tf.random.stateless_uniform([b, 4], [1, 2], 0, 16, tf.int32)
-  return src, src_pad, tgt, tgt_pad, labels
+  return src, src_pad, tgt, tgt_pad
+
+
+_LABELS = tf.random.stateless_uniform([models.BATCH, 4], [1, 2], 0, models.VOCAB, tf.int32)
 
 
 # Seven layers (embedding, 2 encoder, 3 decoder, softmax): K up to 7.
@@ -36,12 +39,12 @@ def test_seq2seq_pipeline_is_transparent(k, m):
   pipe = _Pipeline(k, m)
   assert pipe.num_cells == k
   # Source paddings only mask: no gradient reaches them (None, taken as 0).
-  transparency.CheckTransparent(pipe, _Inputs(), m, step=3)
+  transparency.CheckTransparent(pipe, _Inputs(), m, step=3, loss_fn=models.TokenLoss(_LABELS))
 
 
 def test_decoder_attends_to_the_source():
   pipe = _Pipeline(2, 1)
-  src, src_pad, tgt, tgt_pad, labels = _Inputs()
-  logits = pipe(src, src_pad, tgt, tgt_pad, labels)[0]
-  changed = pipe(tf.roll(src, 1, axis=1), src_pad, tgt, tgt_pad, labels)[0]
+  src, src_pad, tgt, tgt_pad = _Inputs()
+  logits = pipe(src, src_pad, tgt, tgt_pad)[0]
+  changed = pipe(tf.roll(src, 1, axis=1), src_pad, tgt, tgt_pad)[0]
   assert not np.allclose(logits.numpy(), changed.numpy())
