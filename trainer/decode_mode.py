@@ -10,17 +10,26 @@ import sys
 from trainer import checkpoints
 from trainer import decoder
 from trainer import export
-from trainer import loop
 from trainer import run_context
 from trainer import signals
 from trainer.run_context import UserError
 
 
-def _Decode(trainer_obj: loop.Trainer, prompt: str) -> None:
-  """Decodes under GracefulStop: a stop signal ends the decode cleanly."""
+def CheckCanDecode(ctx: run_context.RunContext) -> None:
+  """Refuses (UserError) an experiment whose task does not decode, before any work."""
+  try:
+    decoder.CheckCanDecode(ctx.params, ctx.options.model)
+  except decoder.NoDecoderError as e:
+    raise UserError(str(e)) from None
+
+
+def DecodeGracefully(dec: decoder.Decoder, prompt: str) -> None:
+  """Decodes under GracefulStop: a stop signal ends the decode cleanly,
+  with what it decoded written out (exit status 128 + the signal)."""
+  trainer_obj = dec.trainer
   with signals.GracefulStop(trainer_obj.stop_requested) as stop:
     try:
-      decoder.Decoder(trainer_obj).Run(
+      dec.Run(
           prompt, should_stop=lambda: bool(trainer_obj.stop_requested.numpy()),
           progress=True)
     except decoder.DecodeStopped as e:
@@ -33,10 +42,7 @@ def _Decode(trainer_obj: loop.Trainer, prompt: str) -> None:
 def Run(ctx: run_context.RunContext) -> None:
   """Decodes (--decode_prompt's text or the dev split) or exports."""
   mode = ctx.options.mode
-  try:
-    decoder.CheckCanDecode(ctx.params, ctx.options.model)
-  except decoder.NoDecoderError as e:
-    raise UserError(str(e)) from None
+  CheckCanDecode(ctx)
   if not export.LatestCheckpoint(ctx.logdir):
     raise UserError(f'No checkpoint in {ctx.logdir!r} to {mode}; train first '
                     '(--mode=train) or point --logdir at a trained run.')
@@ -44,7 +50,7 @@ def Run(ctx: run_context.RunContext) -> None:
   try:
     trainer_obj.Restore(read_only=True)  # changes nothing in the checkpoints
     if mode == 'decode':
-      _Decode(trainer_obj, ctx.options.decode_prompt)
+      DecodeGracefully(decoder.Decoder(trainer_obj), ctx.options.decode_prompt)
     else:
       path = export.Export(trainer_obj, ctx.options.export_keep_devices)
       max_batch = export.MaxBatch(trainer_obj.task.ServingSignature()[0])

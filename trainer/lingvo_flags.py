@@ -14,8 +14,9 @@ _INSPECT = 'pass --mode=inspect_params (its dev and test entries are the eval in
 _INSTEAD: Dict[str, str] = {
     'run_locally': 'a run is local unless --cluster_spec names worker tasks: drop it',
     'job': ("one process runs what Lingvo's jobs did: --mode=train for the trainer, "
-            'evaler for an evaler beside it (eval: the newest checkpoint once), decode '
-            'for the decoders, train_and_eval for trainer and evaler in one; a worker '
+            'evaler for an evaler beside it (eval: the newest checkpoint once), decoder '
+            'for a decoder beside it (decode: once), train_and_eval for trainer and '
+            'evaler in one; a worker '
             'task of --cluster_spec is --mode=worker'),
     'tpu': _NO_TPU,
     'worker_gpus': _PLACEMENT,

@@ -4,14 +4,14 @@
       --mode=train_and_eval
   lingvo_pipe_trainer --model=my_exps.MlpGPipe --mode=train   # ./my_exps.py
 
-Modes: train, eval, train_and_eval, evaler (each checkpoint of a training run as it is
-written), inspect_params, inspect_model, profile (a pipeline timeline of one training step),
+Modes: train, eval, train_and_eval, evaler and decoder (each checkpoint of a training run as it
+is written), inspect_params, inspect_model, profile (a pipeline timeline of one training step),
 decode, export (a SavedModel) and worker (a task of --cluster_spec serving a client's cells).
-This file holds the flags and the table of modes; each mode is a module of trainer/ that
-reads one RunContext (trainer/run_context.py). User errors (unknown model, bad override,
-unwritable logdir, missing data) end the program with one line on stderr and exit code 2,
-without a traceback. SIGTERM and SIGINT end training after the step under way with a
-checkpoint at that step (exit code 128 + the signal); see docs/reliability.md.
+This file holds the flags and the table of modes; each mode is a module of trainer/ that reads
+one RunContext (trainer/run_context.py). User errors (unknown model, bad override, unwritable
+logdir, missing data) end the program with one line on stderr and exit code 2, without a
+traceback. SIGTERM and SIGINT end training after the step under way with a checkpoint at that
+step (exit code 128 + the signal); see docs/reliability.md.
 """
 
 import dataclasses
@@ -44,7 +44,8 @@ MODES: Dict[str, str] = {
     'train': 'trainer.train_mode',
     'eval': 'trainer.train_mode',
     'train_and_eval': 'trainer.train_mode',
-    'evaler': 'trainer.evaler_mode',
+    'evaler': 'trainer.follow_mode',
+    'decoder': 'trainer.follow_mode',
     'inspect_params': 'trainer.inspect_mode',
     'inspect_model': 'trainer.inspect_mode',
     'profile': 'trainer.profile_mode',
@@ -65,12 +66,12 @@ flags.DEFINE_multi_string('import', [], 'A module to import before looking up --
 flags.DEFINE_string('logdir', '', 'Checkpoints, summaries and params.txt go '
                     'here; default /tmp/lingvo_pipe/<model>.')
 flags.DEFINE_enum('mode', 'train_and_eval', list(MODES),
-                  'What to do: train, eval (the newest checkpoint), train_and_eval, evaler (each '
-                  'checkpoint in --logdir as it is written, until --max_steps), inspect_params, '
-                  "inspect_model (cells, devices, costs, the planner's table), profile (a timeline "
-                  'of one step, nothing trained), decode, export (a SavedModel), worker (serve as '
-                  'task --task of --cluster_spec on a port open to anyone who reaches it: '
-                  'docs/several_machines.md#security).')
+                  'What to do: train, eval (the newest checkpoint), train_and_eval, evaler and '
+                  "decoder (as Lingvo's jobs: each checkpoint in --logdir as it is written, until "
+                  "--max_steps), inspect_params, inspect_model (cells, devices, costs, the planner's "
+                  'table), profile (a timeline of one step, nothing trained), decode, export (a '
+                  'SavedModel), worker (serve as task --task of --cluster_spec on a port open to '
+                  'anyone who reaches it: docs/several_machines.md#security).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\" (items "
                     "separated by ';' or newlines; Lingvo's key : value works too).")
@@ -111,7 +112,6 @@ flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text (on
 flags.DEFINE_bool('export_keep_devices', False, "In --mode=export, keep each pipeline cell's "
                   'device placement in the SavedModel (default: cleared, so it runs on '
                   'whatever devices the loader has).')
-
 
 _OWN_FLAGS = [name for name in FLAGS if name not in _ABSL_FLAGS]
 

@@ -53,6 +53,18 @@ def test_two_cells_at_two_per_device_are_refused_as_one_device(schedule, v):
     _Params(schedule=schedule, cells_per_device=v).Instantiate()
 
 
+@pytest.mark.parametrize('params', [dict(schedule=ScheduleKind.ONE_F_ONE_B),
+                                    dict(schedule_text='0F0,0F1,0B0,0B1;1F0,1B0,1F1,1B1')])
+def test_fprop_refuses_to_train_a_schedule_that_needs_the_loss_inside(params):
+  pipe = _Params(num_micro_batches=2, **params).Instantiate()
+  name = 'the schedule of schedule_text' if 'schedule_text' in params else (
+      'schedule ONE_F_ONE_B')
+  with pytest.raises(ValueError, match=rf"^PipeliningLayer 'pipe': {name} starts backwards "
+                     r'before the last forward, so it trains with the loss inside the '
+                     r'pipeline: call FPropWithLoss\(theta, loss_fn, \*inputs\) instead'):
+    pipe.FProp(pipe.theta, tf.ones([16, 8]))
+
+
 def test_micro_batches_not_dividing_batch_at_trace():
   pipe = _Params(input_shapes=None, splits=[2], num_partitions=0,
                  num_micro_batches=4).Instantiate()

@@ -8,8 +8,16 @@ from tests.trainer import your_experiment
 KEY = your_experiment.KEY
 
 
+_DECLARATION = '  PIPELINE_SCHEDULES = tuple(ScheduleKind)  # FProp trains every schedule\n'
+
+
 def test_inspect_model_reads_the_built_task(tmp_path):
-  your_experiment.WriteModule(tmp_path)
+  """The walk-through's task without its PIPELINE_SCHEDULES: the planner
+  weighs fill-drain alone, the one schedule FProp trains by default."""
+  module = your_experiment.WriteModule(tmp_path)
+  text = module.read_text()
+  assert _DECLARATION in text
+  module.write_text(text.replace(_DECLARATION, ''))
   plan = your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--mode=inspect_model').stdout
   assert 'pipeline pipe: K=2 cells, M=4 micro-batches' in plan, plan
   assert 'proj0, proj1' in plan and 'proj2, proj3' in plan

@@ -26,7 +26,7 @@ def _Modes():
 
 def test_every_mode_has_a_module_with_run():
   modes = _Modes()
-  assert set(modes) == {'train', 'eval', 'train_and_eval', 'evaler', 'inspect_params',
+  assert set(modes) == {'train', 'eval', 'train_and_eval', 'evaler', 'decoder', 'inspect_params',
                         'inspect_model', 'profile', 'decode', 'export', 'worker'}
   for module_name in set(modes.values()):
     run = importlib.import_module(module_name).Run
@@ -43,7 +43,8 @@ def test_trainer_py_holds_flags_and_the_table_only():
 
 
 @pytest.mark.parametrize('mode', ['inspect_params', 'inspect_model', 'train', 'eval',
-                                  'evaler', 'profile', 'decode', 'export', 'worker'])
+                                  'evaler', 'decoder', 'profile', 'decode', 'export',
+                                  'worker'])
 def test_every_mode_refuses_a_bad_cluster_spec_alike(mode, tmp_path):
   result = in_process.Run('--model=lm.StdlibBytesTiny', f'--mode={mode}',
                           f'--logdir={tmp_path / "run"}', '--cluster_spec=garbage',

@@ -65,9 +65,6 @@ def test_inspect_params_and_model():
     (['--model_params_override=train.file_pattern="/nonexistent/*.txt"'], 'No file matches'),
     (["--model_params_override=task.stack.pipeline.schedule_text='0F0,0X1'"],
      "'0X1' is not an action"),
-    # The MT model trains its pipeline through FProp: fill-drain only.
-    (['--model=mt.ReverseBytesGPipe', '--model_params_override=task.model.pipeline.schedule='
-      'one_f_one_b'], 'schedule ONE_F_ONE_B starts backwards before the last forward'),
 ])
 def test_user_errors_are_one_line_without_traceback(flags, message, tmp_path):
   args = ['--model=' + TINY, '--mode=train', f'--logdir={tmp_path / "new" / "run"}'] + flags

@@ -2,6 +2,7 @@
 written to an empty directory and every command and script after "Run it"
 runs there, in order, as the page says, through the console script."""
 
+import re
 import shlex
 import sys
 
@@ -11,7 +12,7 @@ from tests.trainer import your_experiment
 def test_the_walk_through_runs_as_written(tmp_path):
   your_experiment.WriteModule(tmp_path)
   _, blocks = your_experiment.Blocks()
-  assert [language for language, _ in blocks] == ['sh'] * 5 + ['python']
+  assert [language for language, _ in blocks] == ['sh'] * 6 + ['python']
   ran = []
   for language, code in blocks:
     if language == 'python':
@@ -26,6 +27,10 @@ def test_the_walk_through_runs_as_written(tmp_path):
       ran.append(result.stdout)
   text = '\n'.join(ran)
   assert 'pipeline pipe: K=2 cells, M=4 micro-batches' in text
+  for schedule in ('ONE_F_ONE_B', 'ZB_H1'):  # the labels reach the loss under each
+    assert f'M=4 micro-batches, schedule {schedule}' in text
+  losses = re.findall(r'step +20/20 +loss (\S+)', text)  # the two short runs: equal
+  assert len(losses) == 2 and losses[0] == losses[1], losses
   assert 'eval at step 200: accuracy' in text
   assert 'bubble: measured' in text
   assert 'decode at step 200: 320 examples' in text
