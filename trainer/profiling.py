@@ -47,7 +47,7 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
   intervals = record.Record(OneStep, logdir, warmup=warmup_steps, tasks=tasks,
                             replica_devices=replica_devices)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
-                 os.path.join(logdir, 'profile'), step)
+                 os.path.join(logdir, 'profile'), step, tasks)
   return bubble.Summary(intervals, tasks)
 
 
@@ -68,17 +68,18 @@ def _Layout(task: tf.Module) -> Tuple[Optional[List[schedule.Task]],
 
 
 def WriteSummaries(intervals: List[timeline.Interval], png_path: str,
-                   summary_dir: str, step: int) -> None:
+                   summary_dir: str, step: int,
+                   tasks: Optional[List[schedule.Task]] = None) -> None:
   """Writes the profiled step to TensorBoard (summary_dir, at `step`), next
   to the training curves: scalars pipeline/bubble_measured,
-  pipeline/bubble_theoretical ((K-1)/(M+K-1)) and per device
+  pipeline/bubble_theoretical (the schedule's, bubble.ScheduleBubble of
+  its `tasks`, as the console's line) and per device
   pipeline/busy_fraction/<device>, and the timeline PNG as the image
   pipeline/timeline."""
-  k, m = bubble.NumCellsAndMicroBatches(intervals)
   writer = tf.summary.create_file_writer(summary_dir)
   with writer.as_default(step=step):
     tf.summary.scalar('pipeline/bubble_measured', bubble.BubbleFraction(intervals))
-    tf.summary.scalar('pipeline/bubble_theoretical', schedule.BubbleFraction(k, m))
+    tf.summary.scalar('pipeline/bubble_theoretical', bubble.ScheduleBubble(intervals, tasks))
     for device, busy in bubble.BusyFractions(intervals).items():
       name = device.rsplit('device:', 1)[-1].replace(':', '_').replace(' ', '_')
       tf.summary.scalar(f'pipeline/busy_fraction/{name}', busy)

@@ -81,22 +81,32 @@ def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
   return BubbleFraction([i for i in intervals if i.micro_batch >= 0])
 
 
+def ScheduleBubble(intervals: Sequence[Interval],
+                   tasks: Optional[Sequence[schedule.Task]] = None) -> float:
+  """The bubble the schedule predicts: that of the schedule's unit-time
+  table (its `tasks`), or without them fill-drain's (K-1)/(M+K-1) of the
+  profiled K and M. The console's Summary and TensorBoard both show it."""
+  if tasks is None:
+    return schedule.BubbleFraction(*NumCellsAndMicroBatches(intervals))
+  return schedule.MeasuredBubble(tasks)
+
+
 def Summary(intervals: Sequence[Interval],
             tasks: Optional[Sequence[schedule.Task]] = None) -> str:
   """One line: K, M, R with replicas, measured bubble (of the whole step,
-  and of the cell calls alone) and the theoretical (K-1)/(M+K-1), or with
-  the schedule's `tasks` that of its unit-time table."""
+  and of the cell calls alone) and the ScheduleBubble: the theoretical
+  (K-1)/(M+K-1), or with the schedule's `tasks` its table's."""
   k, m = NumCellsAndMicroBatches(intervals)
   replicas = NumReplicas(intervals)
   r = f' R={replicas}' if replicas > 1 else ''
   measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
               f'{CellCallsBubbleFraction(intervals):.3f})')
+  predicted = ScheduleBubble(intervals, tasks)
   if tasks is None:
-    return (f'K={k} M={m}{r} bubble: {measured}, '
-            f'theoretical (K-1)/(M+K-1) = {schedule.BubbleFraction(k, m):.3f}')
+    return f'K={k} M={m}{r} bubble: {measured}, theoretical (K-1)/(M+K-1) = {predicted:.3f}'
   devices = len({i.device for i in intervals}) // replicas
   return (f'K={devices} M={m}{r} ({k} cells) bubble: {measured}, schedule table '
-          f'{schedule.MeasuredBubble(tasks):.3f}')
+          f'{predicted:.3f}')
 
 
 def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Schedule,
