@@ -40,7 +40,10 @@ _OPTIMIZER_SLOTS = {
 # The schedules the planner weighs: (ScheduleKind, cells per device).
 PLANNED_SCHEDULES = ((schedule.ScheduleKind.GPIPE, 1),
                      (schedule.ScheduleKind.ONE_F_ONE_B, 1),
-                     (schedule.ScheduleKind.INTERLEAVED, 2))
+                     (schedule.ScheduleKind.INTERLEAVED, 2),
+                     (schedule.ScheduleKind.ZB_H1, 1),
+                     (schedule.ScheduleKind.ZB_H2, 1),
+                     (schedule.ScheduleKind.ZB_V, 2))
 # The class attribute naming the ScheduleKinds a pipeline's owner trains.
 SCHEDULES_ATTRIBUTE = 'PIPELINE_SCHEDULES'
 

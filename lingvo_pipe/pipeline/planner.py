@@ -20,10 +20,15 @@ the dtype of the layer that reads them (fprop_dtype, else dtype).
     peak(k)   = params(k) + state(k) + act(k)
 
 That is fill-drain, where cell k keeps all M micro-batches until its
-drain. Under another schedule cell k keeps at most f(k) of them at once,
-schedule.PeakInFlight of the schedule's tasks (1F1B: K-k), and act(N) and
-in(N) become f(k) * act(n) and f(k) * in(n). With v cells per device
-(interleaved), a device's figures are the sums over its v cells.
+drain. Under another schedule cell k keeps at most f(k) of them at once
+(1F1B: K-k), and act(N) and in(N) become f(k) * act(n) and f(k) * in(n);
+the zero-bubble schedules also keep the weight-gradient inputs of w(k)
+micro-batches from their I to their W, each counted as act(n) (it holds
+the deferred projections' inputs and output gradients, fewer bytes), but
+under PER_LAYER or at M=1, where nothing is deferred. f(k) and w(k) are
+the simulator's CellPeaks of the schedule's actions in unit time. Where a
+device holds several cells (interleaved: j mod K; ZB-V: d and 2K-1-d), its
+figures are the sums over the cells the schedule puts on it.
 
 The trailing big(n) of every policy is the backward's gradient temporaries:
 backpropagating one layer of one micro-batch holds about that layer's
@@ -37,20 +42,20 @@ It errs safe: act_bytes counts every tensor a forward produces, and
 TensorFlow keeps fewer (docs/benchmarks/profiles.md compares it with
 measured peaks).
 
-Step-time model, in forward FLOPs: a cell's cost per micro-batch is 3x its
-forward FLOPs at n (forward + backward), plus 1x for PER_CELL's recomputation
-and 2x for PER_LAYER (the cell's forward keeping layer inputs, then each
-layer again); a step takes the slowest cell's cost x T/2, T the clocks of
-the schedule's unit-time table (fill-drain and 1F1B: T/2 = M + K - 1;
-interleaved: cells of 1/v the work, T/2 = vM + K - 1), less the
-recomputation of the micro-batches whose activations remat.Decide records
-(under PER_CELL those schedule.KeptForwards names, unless
-remat_last_micro_batch; the cell that records fewest counts). The bubble
-is schedule.MeasuredBubble of the same table.
+Step-time model, in forward FLOPs: the simulator runs the schedule's
+actions, each costing its cell's forward FLOPs at n times: F 1; B 2, plus
+the recomputation of a micro-batch whose activations remat.Decide does not
+record (PER_CELL 1, PER_LAYER 2; under PER_CELL it records those
+schedule.KeptForwards names, unless remat_last_micro_batch); where the
+decision splits a backward (zero-bubble schedules) I 1 plus that
+recomputation and W 1, else I is the whole B and W nothing. The bubble is
+the simulated idle share of the devices with F = I = W (B = I + W), the
+same for every schedule: (K-1)/(M+K-1) for fill-drain and 1F1B, about a
+third of that for ZB-H1.
 """
 
 import dataclasses
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
 
@@ -60,10 +65,15 @@ from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import remat as remat_lib
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
 
 _RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
               RematPolicy.PER_LAYER: 2}
+# The bubble's costs: F = I = W, B = I + W.
+_EQUAL_COSTS = simulate.Costs(forward=1.0, backward_input=1.0, backward_weight=1.0)
 
 
 @dataclasses.dataclass
@@ -79,7 +89,7 @@ class PlanRow:
     shared_peak_bytes: params and state of every cell plus the largest
       act_bytes: a shared allocator's peak if no two cells' activation
       peaks coincide.
-    bubble: idle share of each device in the schedule's unit-time table
+    bubble: idle share of the devices with F = I = W (module docstring)
       (fill-drain and 1F1B: (K-1)/(M+K-1)).
     relative_step_time: the step-time model, in forward FLOPs.
     fits: max(peak_bytes) <= the budget; set by Plan.
@@ -140,24 +150,53 @@ def _CheckLayers(layers: Sequence[hyperparams.Params]) -> None:
 
 
 def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
-                  num_micro: int) -> int:
-  """act(k) of the module docstring, with `in_flight` micro-batches kept."""
+                  num_micro: int, weight_inputs: int) -> int:
+  """act(k) of the module docstring, with `in_flight` micro-batches kept
+  and the weight-gradient inputs of `weight_inputs` ones."""
   big = max(l.micro.act_bytes for l in cell)
+  deferred = 0 if remat == RematPolicy.PER_LAYER or num_micro == 1 else weight_inputs
+  held = deferred * sum(l.micro.act_bytes for l in cell)
 
   def Kept(full: int, micro: int) -> int:
     return full if in_flight >= num_micro else in_flight * micro
 
   if remat == RematPolicy.NONE:
-    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + big
+    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + big + held
   stash = Kept(cell[0].in_bytes, cell[0].micro_in_bytes)
   if remat == RematPolicy.PER_CELL:
-    return stash + sum(l.micro.act_bytes for l in cell) + big
+    return stash + sum(l.micro.act_bytes for l in cell) + big + held
   return stash + sum(l.micro_in_bytes for l in cell) + 2 * big
 
 
-def _PerDevice(per_cell: Sequence[int], num_devices: int) -> List[int]:
-  """Sums of the per-cell figures of each device's cells (j mod K)."""
-  return [sum(per_cell[d::num_devices]) for d in range(num_devices)]
+def _StepFlops(schedule_actions: actions.Schedule, cell_flops: Sequence[int],
+               remat: RematPolicy, remat_last_micro_batch: bool, num_micro: int,
+               kept: Set[Tuple[int, int]]) -> float:
+  """The step-time model of the module docstring: the simulated step time."""
+  per_action = {}
+  for row in schedule_actions.devices:
+    for a in row:
+      if a.kind == Kind.REDUCE:
+        per_action[a] = 0.0
+        continue
+      flops = float(cell_flops[a.cell])
+      if a.kind == Kind.F:
+        per_action[a] = flops
+        continue
+      decision = remat_lib.Decide(remat, remat_last_micro_batch, a.micro, num_micro,
+                                  (a.cell, a.micro) in kept, split=a.kind != Kind.B)
+      recompute = 0 if decision.record else _RECOMPUTE[remat]
+      if a.kind == Kind.W:
+        per_action[a] = flops if decision.split else 0.0
+      elif a.kind == Kind.I and decision.split:
+        per_action[a] = (1 + recompute) * flops
+      else:
+        per_action[a] = (2 + recompute) * flops
+  return simulate.Simulate(schedule_actions, simulate.Costs(per_action=per_action)).step_time
+
+
+def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:
+  """Per device the sum of the per-cell figures of the cells it holds."""
+  return [sum(per_cell[c] for c in cells) for cells in placement]
 
 
 def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
@@ -212,9 +251,11 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     raise ValueError(f'num_cells ({num_cells}) must be a multiple of '
                      f'cells_per_device ({cells_per_device}).')
   num_devices = num_cells // cells_per_device
-  tasks = schedule.Tasks(schedule_kind, num_devices, num_micro_batches,
-                         cells_per_device)
-  in_flight = schedule.PeakInFlight(tasks)
+  schedule_actions = schedule.Actions(schedule_kind, num_devices, num_micro_batches,
+                                      cells_per_device)
+  tasks = schedule.FromActions(schedule_actions)
+  peaks = simulate.Simulate(schedule_actions, simulate.UNIT_COSTS).CellPeaks(num_cells)
+  placement = [sorted({a.cell for a in row}) for row in schedule_actions.devices]
   splits = partition.BalancedSplits(
       partition.LayerCosts(layers, input_shapes, cost), num_cells)
   full = _Chain(layers, shapes)
@@ -222,24 +263,18 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
   cells = partition.SplitLayers(profile, splits)
-  params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells],
-                      num_devices)
+  params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells], placement)
   state = [(1 + optimizer_slots) * b for b in params]
-  act = _PerDevice([_CellActBytes(c, remat, f, num_micro_batches)
-                    for c, f in zip(cells, in_flight)], num_devices)
+  act = _PerDevice([_CellActBytes(c, remat, f, num_micro_batches, w)
+                    for c, (f, w) in zip(cells, peaks)], placement)
   peak = [p + s + a for p, s, a in zip(params, state, act)]
-  slowest = max(sum(l.micro.flops for l in c) for c in cells)
-  clocks = max(t.clock for t in tasks) + 1
-  kept = schedule.KeptForwards(tasks)
-  recorded = min(sum(remat_lib.Decide(remat, remat_last_micro_batch, m,
-                                      num_micro_batches, (c, m) in kept).record
-                     for m in range(num_micro_batches))
-                 for c in range(num_cells))
-  recompute = _RECOMPUTE[remat]
+  step_flops = _StepFlops(schedule_actions, [sum(l.micro.flops for l in c) for c in cells],
+                          remat, remat_last_micro_batch, num_micro_batches,
+                          schedule.KeptForwards(tasks))
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
-      sum(params) + sum(state) + max(act), schedule.MeasuredBubble(tasks),
-      float(slowest * ((3 + recompute) * clocks / 2 - recompute * recorded)),
+      sum(params) + sum(state) + max(act),
+      simulate.Simulate(schedule_actions, _EQUAL_COSTS).bubble_fraction, step_flops,
       schedule_kind=schedule_kind, cells_per_device=cells_per_device)
 
 

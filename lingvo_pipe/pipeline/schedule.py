@@ -156,18 +156,6 @@ def MeasuredBubble(tasks: Sequence[Task]) -> float:
   return 1.0 - len(tasks) / (num_devices * clocks)
 
 
-def PeakInFlight(tasks: Sequence[Task]) -> List[int]:
-  """Per cell, the most micro-batches whose forward has run and whose
-  backward has not: the activations (or, under remat, the inputs) it keeps
-  at once."""
-  num_cells = max(t.cell for t in tasks) + 1
-  alive, peak = [0] * num_cells, [0] * num_cells
-  for t in sorted(tasks, key=lambda t: (t.clock, t.device)):
-    alive[t.cell] += 1 if t.phase == Phase.FORWARD else -1
-    peak[t.cell] = max(peak[t.cell], alive[t.cell])
-  return peak
-
-
 def KeptForwards(tasks: Sequence[Task]) -> Set[Tuple[int, int]]:
   """(cell, micro-batch) of every forward that its own backward follows
   next on its device: under per-cell remat these keep their activations

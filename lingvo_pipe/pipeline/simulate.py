@@ -134,6 +134,17 @@ class Simulation:
   def peak_held(self) -> Tuple[int, ...]:
     return tuple(max((a + w for _, a, w in row), default=0) for row in self.live)
 
+  def CellPeaks(self, num_cells: int) -> Tuple[Tuple[int, int], ...]:
+    """Per cell (however cells share devices), the most micro-batches whose
+    activations it holds at once and the most whose weight-gradient inputs
+    it holds: the planner's memory of each cell."""
+    by_cell: List[List[Timed]] = [[] for _ in range(num_cells)]
+    for row in self.timeline:
+      for t in row:
+        by_cell[t.action.cell].append(t)
+    return tuple((max((a for _, a, _ in live), default=0), max((w for _, _, w in live), default=0))
+                 for live in (_Live(timed) for timed in by_cell))
+
   def Summary(self) -> Dict[str, object]:
     """The figures as plain JSON-ready values."""
     return dict(step_time=self.step_time, busy=list(self.busy),
@@ -169,8 +180,9 @@ def _Times(schedule: actions.Schedule, costs: Costs,
 
 
 def _Live(row: Sequence[Timed]) -> Tuple[Tuple[float, int, int], ...]:
-  """(time, activations, weight inputs) after each change on one device;
-  at equal times what ends is freed before what starts is allocated."""
+  """(time, activations, weight inputs) after each change among the actions
+  of `row` (one device's, or one cell's); at equal times what ends is freed
+  before what starts is allocated."""
   events: List[Tuple[float, int, int, int]] = []  # time, order, d_act, d_w
   for t in row:
     kind = t.action.kind

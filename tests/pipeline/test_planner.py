@@ -8,6 +8,9 @@ from lingvo_pipe.pipeline.remat import RematPolicy
 from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedule import ScheduleKind
 
 F32 = 4
 
@@ -59,10 +62,12 @@ def test_memory_and_time_by_hand(remat, m, remat_last):
   assert row.total_peak_bytes == k * ((2 + slots) * params + act)
   assert row.shared_peak_bytes == k * (2 + slots) * params + act
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
-  # Each cell keeps its last micro-batch (no recomputation) unless told not to.
-  kept_last = 1 if remat == RematPolicy.PER_CELL and not remat_last else 0
+  # Each cell keeps its last micro-batch (no recomputation) unless told
+  # not to: on the critical path the first backward of the drain, or at
+  # M=1 every cell's (F0 F1 B1 B0: both backwards kept).
+  saved = (k if m == 1 else 1) if remat == RematPolicy.PER_CELL and not remat_last else 0
   assert row.relative_step_time == 2 * _Flops(d, d, mb) * (
-      (3 + recompute[remat]) * (m + k - 1) - kept_last)
+      (3 + recompute[remat]) * (m + k - 1) - saved)
 
 
 def test_one_layer_cell():
@@ -185,8 +190,6 @@ def test_largest_fitting_stack_grows_with_the_budget():
 
 # --- schedules -----------------------------------------------------------------
 
-from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
-
 
 @pytest.mark.parametrize('remat', list(RematPolicy))
 def test_one_f_one_b_keeps_k_minus_k_micro_batches_by_hand(remat):
@@ -206,11 +209,13 @@ def test_one_f_one_b_keeps_k_minus_k_micro_batches_by_hand(remat):
   assert row.param_bytes == [2 * _Params(d, d)] * k
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
   gpipe_row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat)
-  # PER_CELL: fill-drain keeps each cell's last micro-batch, 1F1B only the
-  # last cell's (cell 0 recomputes all four).
-  recorded = {RematPolicy.PER_CELL: 1}.get(remat, 0)
+  # PER_CELL: fill-drain keeps each cell's last micro-batch, 1F1B every
+  # micro-batch of the last cell. By hand in units of a cell's forward (F 1,
+  # B 3, a kept B 2): fill-drain's step takes 19 (4 F, then cell 1's B3 kept
+  # and three more, cell 0's last B), 1F1B's 18 (its cell 1 never recomputes).
+  saved = {RematPolicy.PER_CELL: 1}.get(remat, 0)
   flops = 2 * _Flops(d, d, mb)
-  assert gpipe_row.relative_step_time - row.relative_step_time == -recorded * flops
+  assert gpipe_row.relative_step_time - row.relative_step_time == saved * flops
   assert row.schedule_kind == ScheduleKind.ONE_F_ONE_B
 
 
@@ -250,3 +255,36 @@ def test_plan_skips_what_a_schedule_cannot_run():
   rows = planner.Plan(_Stack([8] * 5), [[8, 8]], 10**9, cells=(1, 2, 4), micro_batches=(1, 2),
                       remats=(RematPolicy.NONE,), schedules=[(ScheduleKind.INTERLEAVED, 2)])
   assert [(r.num_devices, r.num_micro_batches) for r in rows] == [(2, 2)]
+
+
+def test_zb_v_sums_the_cells_it_puts_on_each_device():
+  """ZB-V at K=2 puts cells 0 and 3 on device 0, 1 and 2 on device 1 (not
+  j mod K): per device the params of those cells."""
+  layers, shape = _Stack([8, 16, 32, 16, 8]), [[8, 8]]  # four cells of one layer
+  per_cell = planner.Estimate(layers, shape, 4, 4, RematPolicy.PER_CELL).param_bytes
+  row = planner.Estimate(layers, shape, 4, 4, RematPolicy.PER_CELL,
+                         schedule_kind=ScheduleKind.ZB_V, cells_per_device=2)
+  assert row.param_bytes == [per_cell[0] + per_cell[3], per_cell[1] + per_cell[2]]
+
+
+@pytest.mark.parametrize('remat', [RematPolicy.NONE, RematPolicy.PER_LAYER])
+def test_zero_bubble_memory_counts_the_weight_gradient_inputs_held(remat):
+  """ZB-H2 at K=3, M=6 holds the weight-gradient inputs of micro-batches
+  from their I to their W: each device's act counts them beside its
+  activations in flight, at least the simulator's peak of both held at
+  once (5 on every device, where activations alone are 5, 3, 1). Under
+  PER_LAYER nothing is deferred: its activations alone count."""
+  d, n, k, m = 8, 12, 3, 6
+  row = planner.Estimate(_Stack([d] * 4), [[n, d]], k, m, remat,
+                         schedule_kind=ScheduleKind.ZB_H2)
+  held = simulate.Simulate(schedule.Actions(ScheduleKind.ZB_H2, k, m),
+                           simulate.UNIT_COSTS).peak_held
+  assert held == (5, 5, 5)
+  micro, big = _Act(d, n // m), _Act(d, n // m)
+  if remat == RematPolicy.NONE:
+    held_per_device = [(a - big) // micro for a in row.act_bytes]
+    assert all(h >= p for h, p in zip(held_per_device, held)), held_per_device
+    assert held_per_device[-1] > 1  # activations alone: 1
+  else:  # the inputs of the activations in flight alone (5, 3, 1), as by hand
+    mb = n // m
+    assert row.act_bytes == [f * _In(d, mb) + _In(d, mb) + 2 * big for f in (5, 3, 1)]

@@ -3,6 +3,7 @@
 import pytest
 
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedule import Phase, ScheduleKind
 
 KIND = ScheduleKind
@@ -74,10 +75,13 @@ def test_properties_of_every_schedule(kind, k, m, v):
 def test_one_f_one_b_in_flight_bounded_by_k_minus_k(k, m):
   """1F1B: cell c holds at most K-c micro-batches (min M); GPipe all M;
   both have fill-drain's bubble."""
-  one_f = schedule.Tasks(KIND.ONE_F_ONE_B, k, m)
-  assert schedule.PeakInFlight(one_f) == [min(k - c, m) for c in range(k)]
-  gpipe_tasks = schedule.Tasks(KIND.GPIPE, k, m)
-  assert schedule.PeakInFlight(gpipe_tasks) == [m] * k
+  def ActivationPeaks(kind):
+    sim = simulate.Simulate(schedule.Actions(kind, k, m), simulate.UNIT_COSTS)
+    return [a for a, _ in sim.CellPeaks(k)]
+
+  assert ActivationPeaks(KIND.ONE_F_ONE_B) == [min(k - c, m) for c in range(k)]
+  assert ActivationPeaks(KIND.GPIPE) == [m] * k
+  one_f, gpipe_tasks = schedule.Tasks(KIND.ONE_F_ONE_B, k, m), schedule.Tasks(KIND.GPIPE, k, m)
   for tasks in (one_f, gpipe_tasks):
     assert schedule.MeasuredBubble(tasks) == pytest.approx(schedule.BubbleFraction(k, m))
 

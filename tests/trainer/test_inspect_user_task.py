@@ -41,5 +41,6 @@ def test_bad_overrides_are_one_line_in_inspect_model(tmp_path):
 
 def test_a_task_that_trains_every_schedule_gets_them_all_weighed():
   plan = in_process.Run('--model=lm.StdlibBytesTiny', '--mode=inspect_model').stdout
-  assert 'schedules weighed (the planner\'s that the model trains): GPIPE, ONE_F_ONE_B, INTERLEAVED;' in plan
+  assert ('schedules weighed (the planner\'s that the model trains): GPIPE, ONE_F_ONE_B, '
+          'INTERLEAVED, ZB_H1, ZB_H2, ZB_V;') in plan
   assert ' ONE_F_ONE_B ' in plan

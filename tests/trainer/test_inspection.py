@@ -40,11 +40,13 @@ def test_model_plan_prints_candidates_around_the_configuration():
   assert 'K=2 cells, M=4 micro-batches, remat PER_CELL, schedule GPIPE' in text
   assert 'training step: unrolled at M=4; a loop per device from M=32' in text
   rows = _PlannerRows(text)
-  # Fill-drain and 1F1B: K in {1, 2, 4}; interleaved, two cells a device
-  # of the four layers: K=2 (K=1 would be one device); every M and remat.
-  assert len(rows) == 3 * 3 * 3 * 2 + 1 * 3 * 3
+  # Fill-drain, 1F1B, ZB-H1 and ZB-H2: K in {1, 2, 4}; interleaved and
+  # ZB-V, two cells a device of the four layers: K=2 (K=1 would be one
+  # device); every M and remat.
+  assert len(rows) == 4 * 3 * 3 * 3 + 2 * 1 * 3 * 3
   # Schedules are named as an override takes them, v beside.
-  for name, ks in (('GPIPE/1', '124'), ('ONE_F_ONE_B/1', '124'), ('INTERLEAVED/2', '2')):
+  for name, ks in (('GPIPE/1', '124'), ('ONE_F_ONE_B/1', '124'), ('INTERLEAVED/2', '2'),
+                   ('ZB_H1/1', '124'), ('ZB_H2/1', '124'), ('ZB_V/2', '2')):
     assert {(k, m) for _, k, m, _, s in rows if s == name} == {
         (k, m) for k in ks for m in ('2', '4', '8')}
   assert {r[3] for r in rows} == {'NONE', 'PER_CELL', 'PER_LAYER'}
@@ -89,12 +91,12 @@ def _Times(text):
 
 def test_model_plan_reads_remat_last_micro_batch():
   """Recomputing the last micro-batch too makes fill-drain's PER_CELL
-  slower against the other policies, whose rows do not change. (Under 1F1B
-  with K > 1 the first cell keeps no micro-batch, so the slowest cell's
-  time does not change.)"""
+  slower against the other policies, whose rows do not change. (Under the
+  other schedules the first cell keeps no micro-batch, and the micro-batches
+  the last cell keeps need not be on the critical path.)"""
   kept = _Times(inspection.ModelPlan(_Task()))
   recomputed = _Times(inspection.ModelPlan(_Task(remat_last_micro_batch=True)))
-  assert kept.keys() == recomputed.keys() and len(kept) == 63
+  assert kept.keys() == recomputed.keys() and len(kept) == 126
   for key in kept:
     if key[2] == 'PER_CELL' and key[3] == 'GPIPE':
       assert recomputed[key] > kept[key], key
