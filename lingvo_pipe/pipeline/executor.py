@@ -317,7 +317,9 @@ class Executor:
     """B, or I: the input gradient goes to the previous cell (or out)."""
     runner = self._runners[r][c]
     done = self._forwards.pop((r, c, m))
-    assert done.decision is not None, 'a backward of an evaluation forward'
+    if done.decision is None:
+      raise RuntimeError(f'Backward of cell {c}, micro-batch {m} (replica {r}) after a '
+                         'forward run for evaluation: a bug in the executor.')
     dy = tf.nest.pack_sequence_as(done.outputs, self._output_grads.pop((r, c, m)))
     with self._After(r, c):
       if done.recording is not None:

@@ -352,7 +352,9 @@ class LoopExecutor:
     x = self._Inputs(r, c, m, pieces)
     out, upd, recording = runner.Forward(theta, x,
                                          self._kept_decision, self._num_micro)
-    assert self._loss_fn is not None and recording is not None  # KEPT's premises
+    if self._loss_fn is None or recording is None:  # KEPT's premises
+      raise RuntimeError('A kept last-cell forward needs the loss inside and a recorded '
+                         'forward: a bug in the loop tables.')
     pieces['sums'] = tf.nest.flatten(upd)
     self._Outputs(r, c, m, out, pieces)
     dx = runner.BackwardFromTape(recording, x, out,

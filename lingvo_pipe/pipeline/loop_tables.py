@@ -42,7 +42,11 @@ def RingDepth(writes: Sequence[int], last_reads: Sequence[int]) -> int:
   read."""
   num = len(writes)
   # Equal: a micro-batch that its writer's own branch reads (a kept last cell).
-  assert all(r >= w for w, r in zip(writes, last_reads)), (writes, last_reads)
+  early = [m for m, (w, r) in enumerate(zip(writes, last_reads)) if r < w]
+  if early:
+    raise RuntimeError(f'Loop tables: micro-batch {early[0]} is read (position '
+                       f'{last_reads[early[0]]}) before it is written ({writes[early[0]]}); '
+                       'the schedule passed validation, so this is a bug in the lowering.')
   for depth in range(1, num):
     if all(writes[m + depth] > last_reads[m] for m in range(num - depth)):
       return depth

@@ -65,7 +65,8 @@ class Action:
   @property
   def micro(self) -> int:
     """The micro-batch of an F, B, I or W."""
-    assert self.micro_batch is not None, f'{self} has no micro-batch'
+    if self.micro_batch is None:
+      raise ValueError(f'{self} is a REDUCE: it has no micro-batch.')
     return self.micro_batch
 
   def __str__(self) -> str:
