@@ -288,22 +288,18 @@ def _NeverCalled(*args):
   raise AssertionError('the loss ran although its inputs were refused')
 
 
-def test_loss_input_with_another_batch_size():
+@pytest.mark.parametrize('loss_inputs,match', [
+    (NestedMap(labels=tf.zeros([4], tf.int32)),
+     r"loss_inputs\.labels \(shape \(4,\)\) has 4 examples at batch_dim=0 where the "
+     r"pipeline inputs have 8: give it one entry per example"),
+    (tf.constant(1.0),
+     r"loss_inputs \(shape \(\)\) has no static size at batch_dim=0: loss inputs are "
+     r"per-example tensors .* let loss_fn read it directly"),
+], ids=['another_batch_size', 'no_batch_dim'])
+def test_bad_loss_inputs_are_refused_before_the_loss_runs(loss_inputs, match):
   pipe = _Pipe(2)
-  with pytest.raises(ValueError, match=(
-      r"loss_inputs\.labels \(shape \(4,\)\) has 4 examples at batch_dim=0 where the "
-      r"pipeline inputs have 8: give it one entry per example")):
-    pipe.FPropWithLoss(pipe.theta, _NeverCalled, _Normal([B, D], 1),
-                       loss_inputs=NestedMap(labels=tf.zeros([4], tf.int32)))
-
-
-def test_loss_input_without_a_batch_dim():
-  pipe = _Pipe(2)
-  with pytest.raises(ValueError, match=(
-      r"loss_inputs \(shape \(\)\) has no static size at batch_dim=0: loss inputs are "
-      r"per-example tensors .* let loss_fn read it directly")):
-    pipe.FPropWithLoss(pipe.theta, _NeverCalled, _Normal([B, D], 1),
-                       loss_inputs=tf.constant(1.0))
+  with pytest.raises(ValueError, match=match):
+    pipe.FPropWithLoss(pipe.theta, _NeverCalled, _Normal([B, D], 1), loss_inputs=loss_inputs)
 
 
 def test_time_major_loss_inputs_are_cut_along_the_batch():
