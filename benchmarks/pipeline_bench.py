@@ -163,14 +163,12 @@ def Run(workload_name: str) -> dict:
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.profiling import record  # pylint: disable=g-import-not-at-top
-    from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
     actions = model.plan.Actions(FLAGS.m)
     # Fill-drain labels itself, unless it loops: a loop step's calls run in
-    # iterations, which only the tasks tell from steps.
-    tasks = (None if FLAGS.schedule == 'gpipe' and not model.plan.Loops(FLAGS.m)
-             else schedule.FromActions(actions))
-    intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, tasks=tasks)
-    result.update(timeline=bubble.Summary(intervals, tasks),
+    # iterations, which only the schedule's tasks tell from steps.
+    labelled = None if FLAGS.schedule == 'gpipe' and not model.plan.Loops(FLAGS.m) else actions
+    intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, schedule_actions=labelled)
+    result.update(timeline=bubble.Summary(intervals, labelled),
                   measured_bubble=bubble.MeasuredBubble(intervals, actions),
                   simulated_bubble=bubble.PredictedBubble(intervals, actions),
                   replayed_bubble=bubble.PredictedBubble(intervals, actions, per_action=True))

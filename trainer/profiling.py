@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import record
 from lingvo_pipe.profiling import timeline
@@ -43,19 +44,20 @@ def ProfileOneStep(trainer_obj: loop.Trainer, warmup_steps: int = 2) -> str:
 
   logdir = os.path.abspath(trainer_obj.logdir)
   step = int(trainer_obj.global_step.numpy())  # of the checkpoint profiled
-  tasks, replica_devices = _Layout(trainer_obj.task)
-  intervals = record.Record(OneStep, logdir, warmup=warmup_steps, tasks=tasks,
+  schedule_actions, replica_devices = _Layout(trainer_obj.task)
+  intervals = record.Record(OneStep, logdir, warmup=warmup_steps,
+                            schedule_actions=schedule_actions,
                             replica_devices=replica_devices)
   WriteSummaries(intervals, os.path.join(logdir, 'timeline.png'),
-                 os.path.join(logdir, 'profile'), step, tasks)
-  return bubble.Summary(intervals, tasks)
+                 os.path.join(logdir, 'profile'), step, schedule_actions)
+  return bubble.Summary(intervals, schedule_actions)
 
 
-def _Layout(task: tf.Module) -> Tuple[Optional[List[schedule.Task]],
+def _Layout(task: tf.Module) -> Tuple[Optional[actions.Schedule],
                                       Optional[List[List[str]]]]:
-  """What labels the timeline of the task's pipeline: its schedule.Tasks if
-  it has a fixed M and runs a schedule other than fill-drain or a loop
-  step, else None; with replicas their devices' names, else None."""
+  """What labels the timeline of the task's pipeline: its schedule's
+  actions if it has a fixed M and runs a schedule other than fill-drain or
+  a loop step, else None; with replicas their devices' names, else None."""
   for module in task.submodules:
     if isinstance(module, gpipe.PipeliningLayer):
       p, plan = module.params, module.plan
@@ -63,23 +65,24 @@ def _Layout(task: tf.Module) -> Tuple[Optional[List[schedule.Task]],
       fill_drain = p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text
       if (fill_drain and not plan.Loops(p.num_micro_batches)) or p.micro_batch_size:
         return None, replica_devices
-      return schedule.FromActions(plan.Actions(p.num_micro_batches)), replica_devices
+      return plan.Actions(p.num_micro_batches), replica_devices
   return None, None
 
 
 def WriteSummaries(intervals: List[timeline.Interval], png_path: str,
                    summary_dir: str, step: int,
-                   tasks: Optional[List[schedule.Task]] = None) -> None:
+                   schedule_actions: Optional[actions.Schedule] = None) -> None:
   """Writes the profiled step to TensorBoard (summary_dir, at `step`), next
   to the training curves: scalars pipeline/bubble_measured,
   pipeline/bubble_theoretical (the schedule's, bubble.ScheduleBubble of
-  its `tasks`, as the console's line) and per device
+  its actions, as the console's line) and per device
   pipeline/busy_fraction/<device>, and the timeline PNG as the image
   pipeline/timeline."""
   writer = tf.summary.create_file_writer(summary_dir)
   with writer.as_default(step=step):
     tf.summary.scalar('pipeline/bubble_measured', bubble.BubbleFraction(intervals))
-    tf.summary.scalar('pipeline/bubble_theoretical', bubble.ScheduleBubble(intervals, tasks))
+    tf.summary.scalar('pipeline/bubble_theoretical',
+                      bubble.ScheduleBubble(intervals, schedule_actions))
     for device, busy in bubble.BusyFractions(intervals).items():
       name = device.rsplit('device:', 1)[-1].replace(':', '_').replace(' ', '_')
       tf.summary.scalar(f'pipeline/busy_fraction/{name}', busy)

@@ -49,9 +49,7 @@ record (PER_CELL 1, PER_LAYER 2; under PER_CELL it records those
 schedule.KeptForwards names, unless remat_last_micro_batch); where the
 decision splits a backward (zero-bubble schedules) I 1 plus that
 recomputation and W 1, else I is the whole B and W nothing. The bubble is
-the simulated idle share of the devices with F = I = W (B = I + W), the
-same for every schedule: (K-1)/(M+K-1) for fill-drain and 1F1B, about a
-third of that for ZB-H1.
+schedule.Bubble: the idle share with F = I = W, as the profile shows it.
 """
 
 import dataclasses
@@ -72,8 +70,6 @@ from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
 
 _RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
               RematPolicy.PER_LAYER: 2}
-# The bubble's costs: F = I = W, B = I + W.
-_EQUAL_COSTS = simulate.Costs(forward=1.0, backward_input=1.0, backward_weight=1.0)
 
 
 @dataclasses.dataclass
@@ -273,8 +269,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
                           schedule.KeptForwards(tasks))
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
-      sum(params) + sum(state) + max(act),
-      simulate.Simulate(schedule_actions, _EQUAL_COSTS).bubble_fraction, step_flops,
+      sum(params) + sum(state) + max(act), schedule.Bubble(schedule_actions), step_flops,
       schedule_kind=schedule_kind, cells_per_device=cells_per_device)
 
 

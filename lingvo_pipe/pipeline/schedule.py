@@ -148,12 +148,16 @@ def ClockTable(tasks: Sequence[Task]) -> str:
   return '\n'.join(rows)
 
 
-def MeasuredBubble(tasks: Sequence[Task]) -> float:
-  """The idle share of the devices over the schedule's clocks (unit-time
-  tasks): 1 - busy / (devices x clocks)."""
-  num_devices = max(t.device for t in tasks) + 1
-  clocks = max(t.clock for t in tasks) + 1
-  return 1.0 - len(tasks) / (num_devices * clocks)
+# F = I = W (B = I + W): the costs of every schedule's bubble (Bubble).
+EQUAL_COSTS = simulate.Costs(forward=1.0, backward_input=1.0, backward_weight=1.0)
+
+
+def Bubble(schedule: actions.Schedule) -> float:
+  """The idle share of the devices running `schedule` with F = I = W
+  (B = I + W): the bubble the planner, the profile's line and TensorBoard
+  show for every schedule. (K-1)/(M+K-1) for fill-drain and 1F1B,
+  (K-1)/(vM+K-1) for interleaved, about a third of 1F1B's for ZB-H1."""
+  return simulate.Simulate(schedule, EQUAL_COSTS).bubble_fraction
 
 
 def KeptForwards(tasks: Sequence[Task]) -> Set[Tuple[int, int]]:

@@ -82,31 +82,31 @@ def CellCallsBubbleFraction(intervals: Sequence[Interval]) -> float:
 
 
 def ScheduleBubble(intervals: Sequence[Interval],
-                   tasks: Optional[Sequence[schedule.Task]] = None) -> float:
-  """The bubble the schedule predicts: that of the schedule's unit-time
-  table (its `tasks`), or without them fill-drain's (K-1)/(M+K-1) of the
-  profiled K and M. The console's Summary and TensorBoard both show it."""
-  if tasks is None:
+                   schedule_actions: Optional[actions.Schedule] = None) -> float:
+  """The bubble the schedule predicts, schedule.Bubble of its actions
+  (F = I = W, as the planner's), or without them fill-drain's
+  (K-1)/(M+K-1) of the profiled K and M. The console's Summary and
+  TensorBoard both show it."""
+  if schedule_actions is None:
     return schedule.BubbleFraction(*NumCellsAndMicroBatches(intervals))
-  return schedule.MeasuredBubble(tasks)
+  return schedule.Bubble(schedule_actions)
 
 
 def Summary(intervals: Sequence[Interval],
-            tasks: Optional[Sequence[schedule.Task]] = None) -> str:
+            schedule_actions: Optional[actions.Schedule] = None) -> str:
   """One line: K, M, R with replicas, measured bubble (of the whole step,
   and of the cell calls alone) and the ScheduleBubble: the theoretical
-  (K-1)/(M+K-1), or with the schedule's `tasks` its table's."""
+  (K-1)/(M+K-1), or with the schedule's actions its own."""
   k, m = NumCellsAndMicroBatches(intervals)
   replicas = NumReplicas(intervals)
   r = f' R={replicas}' if replicas > 1 else ''
   measured = (f'measured {BubbleFraction(intervals):.3f} (cell calls alone '
               f'{CellCallsBubbleFraction(intervals):.3f})')
-  predicted = ScheduleBubble(intervals, tasks)
-  if tasks is None:
+  predicted = ScheduleBubble(intervals, schedule_actions)
+  if schedule_actions is None:
     return f'K={k} M={m}{r} bubble: {measured}, theoretical (K-1)/(M+K-1) = {predicted:.3f}'
-  devices = len({i.device for i in intervals}) // replicas
-  return (f'K={devices} M={m}{r} ({k} cells) bubble: {measured}, schedule table '
-          f'{predicted:.3f}')
+  return (f'K={schedule_actions.num_devices} M={m}{r} ({k} cells) bubble: {measured}, '
+          f'schedule (F = I = W) {predicted:.3f}')
 
 
 def MeasuredCosts(intervals: Sequence[Interval], schedule_actions: actions.Schedule,

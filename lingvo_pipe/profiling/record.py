@@ -5,6 +5,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
 from lingvo_pipe.profiling.timeline import Interval, Phase
@@ -32,7 +33,7 @@ def _Rows(intervals: Sequence[Interval]) -> Dict[Tuple[int, int], Tuple[int, str
 
 
 def WriteChromeTrace(intervals: Sequence[Interval], path: str,
-                     tasks: Optional[Sequence[schedule.Task]] = None) -> None:
+                     schedule_actions: Optional[actions.Schedule] = None) -> None:
   """Writes a Chrome trace (Perfetto, chrome://tracing): one thread per
   cell (of each replica)."""
   events: List[Dict[str, Any]] = []
@@ -48,11 +49,11 @@ def WriteChromeTrace(intervals: Sequence[Interval], path: str,
                   replica=i.replica)))
   with open(path, 'w') as f:
     json.dump(dict(traceEvents=events, displayTimeUnit='ms',
-                   otherData=dict(summary=bubble.Summary(intervals, tasks))), f)
+                   otherData=dict(summary=bubble.Summary(intervals, schedule_actions))), f)
 
 
 def WriteGantt(intervals: Sequence[Interval], path: str,
-               tasks: Optional[Sequence[schedule.Task]] = None) -> None:
+               schedule_actions: Optional[actions.Schedule] = None) -> None:
   """Writes a PNG Gantt chart: row k is cell k (replicas one after
   another), micro-batches on the forward and backward bars, the Summary
   line as title."""
@@ -64,12 +65,12 @@ def WriteGantt(intervals: Sequence[Interval], path: str,
           for i in intervals]
   labels = [f'{name}\n{device.rsplit("/", 1)[-1]}' for _, name, device in sorted(rows.values())]
   gantt.Draw(labels, bars, path,
-             title=f'Pipeline step timeline: {bubble.Summary(intervals, tasks)}',
+             title=f'Pipeline step timeline: {bubble.Summary(intervals, schedule_actions)}',
              kinds=[p.value for p in Phase])
 
 
 def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
-           tasks: Optional[Sequence[schedule.Task]] = None,
+           schedule_actions: Optional[actions.Schedule] = None,
            replica_devices: Optional[Sequence[Sequence[str]]] = None) -> List[Interval]:
   """Profiles one step (timeline.ProfileIntervals) and writes
   out_dir/timeline.json and timeline.png.
@@ -78,15 +79,17 @@ def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
     step_fn: runs one training step (see timeline.Profile).
     out_dir: where the profile, timeline.json and timeline.png go.
     warmup: unprofiled calls of step_fn first.
-    tasks: the step's schedule.Tasks (None: fill-drain, a cell per device).
+    schedule_actions: the step's schedule (None: fill-drain, a cell per
+      device), whose tasks (schedule.FromActions) label the calls.
     replica_devices: with replicas, [replica][device] their devices' names
       (timeline.Intervals).
 
   Returns:
     The step's Intervals.
   """
+  tasks = None if schedule_actions is None else schedule.FromActions(schedule_actions)
   intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks,
                                        replica_devices=replica_devices)
-  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), tasks)
-  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), tasks)
+  WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), schedule_actions)
+  WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), schedule_actions)
   return intervals

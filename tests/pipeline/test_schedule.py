@@ -81,16 +81,16 @@ def test_one_f_one_b_in_flight_bounded_by_k_minus_k(k, m):
 
   assert ActivationPeaks(KIND.ONE_F_ONE_B) == [min(k - c, m) for c in range(k)]
   assert ActivationPeaks(KIND.GPIPE) == [m] * k
-  one_f, gpipe_tasks = schedule.Tasks(KIND.ONE_F_ONE_B, k, m), schedule.Tasks(KIND.GPIPE, k, m)
-  for tasks in (one_f, gpipe_tasks):
-    assert schedule.MeasuredBubble(tasks) == pytest.approx(schedule.BubbleFraction(k, m))
+  for kind in (KIND.ONE_F_ONE_B, KIND.GPIPE):
+    assert schedule.Bubble(schedule.Actions(kind, k, m)) == pytest.approx(
+        schedule.BubbleFraction(k, m))
 
 
 @pytest.mark.parametrize('k,m,v', [(2, 4, 2), (4, 8, 2), (4, 8, 3), (4, 16, 2), (8, 32, 2)])
 def test_interleaved_bubble_divided_by_about_v(k, m, v):
-  tasks = schedule.Tasks(KIND.INTERLEAVED, k, m, v)
-  assert schedule.MeasuredBubble(tasks) == pytest.approx((k - 1) / (v * m + k - 1))
-  assert schedule.MeasuredBubble(tasks) < schedule.BubbleFraction(k, m)
+  bubble = schedule.Bubble(schedule.Actions(KIND.INTERLEAVED, k, m, v))
+  assert bubble == pytest.approx((k - 1) / (v * m + k - 1))
+  assert bubble < schedule.BubbleFraction(k, m)
 
 
 @pytest.mark.parametrize('kind,k,m,v,match', [
@@ -114,3 +114,11 @@ def test_kept_forwards_are_those_their_backward_follows():
       (0, 3), (1, 3), (2, 3)}
   assert schedule.KeptForwards(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == {
       (2, 0), (2, 1), (2, 2), (2, 3)}
+
+
+@pytest.mark.parametrize('k,m', [(2, 4), (4, 8), (4, 4)])
+def test_zb_h1_bubble_is_a_third_of_one_f_one_bs(k, m):
+  """With F = I = W each device of ZB-H1 idles K-1 units of a step of
+  3M + K - 1, where 1F1B idles 3(K-1) of 3(M + K - 1)."""
+  assert schedule.Bubble(schedule.Actions(KIND.ZB_H1, k, m)) == pytest.approx(
+      (k - 1) / (3 * m + k - 1))

@@ -48,8 +48,8 @@ def _CheckSummaries(summary_dir):
 
 def test_tensorboard_shows_the_schedules_theoretical_bubble(tmp_path):
   """Interleaved on 2 devices, v=2, M=4: TensorBoard's theoretical bubble
-  is the schedule table's (0.111), as on the console, not (K-1)/(M+K-1)
-  of the profiled 4 cells (0.429)."""
+  is the schedule's (0.111, schedule.Bubble, as the planner's), as on the
+  console, not (K-1)/(M+K-1) of the profiled 4 cells (0.429)."""
   import pathlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
@@ -58,14 +58,14 @@ def test_tensorboard_shows_the_schedules_theoretical_bubble(tmp_path):
   from trainer import profiling  # pylint: disable=g-import-not-at-top
   fixture = pathlib.Path(__file__).parents[1] / 'profiling' / 'testdata' / 'gpipe_k4_m4.xplane.pb'
   intervals = timeline.Intervals(timeline.LoadTrace(str(fixture)))  # 4 cells, M=4
-  tasks = schedule.Tasks(schedule.ScheduleKind.INTERLEAVED, 2, 4, 2)
+  interleaved = schedule.Actions(schedule.ScheduleKind.INTERLEAVED, 2, 4, 2)
   png = tmp_path / 'timeline.png'
   png.write_bytes(tf.io.encode_png(tf.zeros([1, 1, 4], tf.uint8)).numpy())
-  profiling.WriteSummaries(intervals, str(png), str(tmp_path / 'profile'), 3, tasks)
+  profiling.WriteSummaries(intervals, str(png), str(tmp_path / 'profile'), 3, interleaved)
   (path,) = (tmp_path / 'profile').glob('events.*')
   theoretical = [float(tf.make_ndarray(v.tensor))
                  for event in tf.compat.v1.train.summary_iterator(str(path))
                  for v in event.summary.value if v.tag == 'pipeline/bubble_theoretical']
-  assert theoretical == [pytest.approx(schedule.MeasuredBubble(tasks))]
+  assert theoretical == [pytest.approx(schedule.Bubble(interleaved))]
   assert abs(theoretical[0] - 1 / 9) < 1e-6
-  assert f'schedule table {theoretical[0]:.3f}' in bubble.Summary(intervals, tasks)
+  assert f'schedule (F = I = W) {theoretical[0]:.3f}' in bubble.Summary(intervals, interleaved)
