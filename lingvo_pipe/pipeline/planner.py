@@ -249,7 +249,6 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   num_devices = num_cells // cells_per_device
   schedule_actions = schedule.Actions(schedule_kind, num_devices, num_micro_batches,
                                       cells_per_device)
-  tasks = schedule.FromActions(schedule_actions)
   peaks = simulate.Simulate(schedule_actions, simulate.UNIT_COSTS).CellPeaks(num_cells)
   placement = [sorted({a.cell for a in row}) for row in schedule_actions.devices]
   splits = partition.BalancedSplits(
@@ -266,7 +265,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   peak = [p + s + a for p, s, a in zip(params, state, act)]
   step_flops = _StepFlops(schedule_actions, [sum(l.micro.flops for l in c) for c in cells],
                           remat, remat_last_micro_batch, num_micro_batches,
-                          schedule.KeptForwards(tasks))
+                          schedule.KeptForwards(schedule_actions))
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
       sum(params) + sum(state) + max(act), schedule.Bubble(schedule_actions), step_flops,

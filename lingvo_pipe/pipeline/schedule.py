@@ -49,7 +49,7 @@ after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 
 import dataclasses
 import enum
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import List, Sequence, Set, Tuple
 
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import actions
@@ -160,17 +160,17 @@ def Bubble(schedule: actions.Schedule) -> float:
   return simulate.Simulate(schedule, EQUAL_COSTS).bubble_fraction
 
 
-def KeptForwards(tasks: Sequence[Task]) -> Set[Tuple[int, int]]:
-  """(cell, micro-batch) of every forward that its own backward follows
-  next on its device: under per-cell remat these keep their activations
-  (remat.Decide), since recomputing would restore them at once."""
-  by_device: Dict[int, List[Task]] = {}
-  for t in sorted(tasks, key=lambda t: (t.clock, t.device)):
-    by_device.setdefault(t.device, []).append(t)
+def KeptForwards(schedule: actions.Schedule) -> Set[Tuple[int, int]]:
+  """(cell, micro-batch) of every forward that its own backward (B or I)
+  follows next among its device's forwards and backwards: under per-cell
+  remat these keep their activations (remat.Decide), since recomputing
+  would restore them at once."""
   kept = set()
-  for order in by_device.values():
+  for row in schedule.devices:
+    order = [a for a in row if a.kind in (actions.ActionKind.F, actions.ActionKind.B,
+                                          actions.ActionKind.I)]
     for a, b in zip(order, order[1:]):
-      if (a.phase == Phase.FORWARD and b.phase == Phase.BACKWARD and
-          (a.cell, a.micro_batch) == (b.cell, b.micro_batch)):
-        kept.add((a.cell, a.micro_batch))
+      if (a.kind == actions.ActionKind.F and b.kind != actions.ActionKind.F and
+          (a.cell, a.micro) == (b.cell, b.micro)):
+        kept.add((a.cell, a.micro))
   return kept

@@ -110,9 +110,9 @@ def test_bad_shapes_raise(kind, k, m, v, match):
 def test_kept_forwards_are_those_their_backward_follows():
   """Fill-drain: each cell's last micro-batch; 1F1B: every micro-batch of
   the last cell, and none of the others (K=3, M=4 tables above)."""
-  assert schedule.KeptForwards(schedule.Tasks(KIND.GPIPE, 3, 4)) == {
+  assert schedule.KeptForwards(schedule.Actions(KIND.GPIPE, 3, 4)) == {
       (0, 3), (1, 3), (2, 3)}
-  assert schedule.KeptForwards(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == {
+  assert schedule.KeptForwards(schedule.Actions(KIND.ONE_F_ONE_B, 3, 4)) == {
       (2, 0), (2, 1), (2, 2), (2, 3)}
 
 
