@@ -5,7 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
-from typing import Dict, Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Lines of stderr and of stdout a failure shows, the last ones.
@@ -36,6 +36,21 @@ def RunPython(*args: str, env: Optional[Dict[str, str]] = None,
     raise AssertionError(_Report(command, f'exited with status {result.returncode}',
                                  result.stderr, result.stdout))
   return result
+
+
+def Finish(process: subprocess.Popen, timeout_s: float) -> Tuple[int, str, str]:
+  """(status, stdout, stderr) of a started text-mode process once it ends;
+  killed, an AssertionError with the last lines of its output, if it is
+  still running after timeout_s."""
+  try:
+    out, err = process.communicate(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    out, err = process.communicate()
+    args = process.args if isinstance(process.args, (list, tuple)) else [process.args]
+    raise AssertionError(_Report([str(a) for a in args], f'still running after {timeout_s} s',
+                                 err, out)) from None
+  return process.returncode, out, err
 
 
 def _Report(command: Sequence[str], what: str, stderr: str, stdout: str) -> str:

@@ -34,13 +34,8 @@ def _Start(logdir, mode, overrides):
 
 
 def _Wait(process, timeout_s=300):
-  try:
-    out, err = process.communicate(timeout=timeout_s)
-  except subprocess.TimeoutExpired:
-    process.kill()
-    out, err = process.communicate()
-    raise AssertionError(f'still running after {timeout_s} s:\n{out[-2000:]}\n{err[-2000:]}')
-  assert process.returncode == 0, f'{out[-2000:]}\n{err[-3000:]}'
+  status, out, err = fresh_process.Finish(process, timeout_s)
+  assert status == 0, f'{out[-2000:]}\n{err[-3000:]}'
   return out, time.monotonic()
 
 

@@ -55,16 +55,6 @@ def _WaitForStep(client: subprocess.Popen, step: int, timeout_s: float = 240) ->
   raise AssertionError(f'no step {step} in {timeout_s} s:\n{seen}')
 
 
-def _Finish(client: subprocess.Popen, timeout_s: float) -> tuple:
-  try:
-    out, err = client.communicate(timeout=timeout_s)
-  except subprocess.TimeoutExpired:
-    client.kill()
-    out, err = client.communicate()
-    raise AssertionError(f'client still running after {timeout_s} s:\n{err[-3000:]}')
-  return client.returncode, out, err
-
-
 def _OneErrorLine(stderr: str) -> str:
   assert 'Traceback' not in stderr, stderr[-3000:]
   lines = [l for l in stderr.splitlines() if l.startswith('error:')]
@@ -87,7 +77,7 @@ def test_hung_worker_ends_the_client_within_the_bound(tmp_path):
       _AssertClientPortSaid(_WaitForStep(client, 40))
       cluster.workers[1].Signal(signal.SIGSTOP)
       stopped = time.monotonic()
-      code, _, err = _Finish(client, BOUND_S + 30)
+      code, _, err = fresh_process.Finish(client, BOUND_S + 30)
       elapsed = time.monotonic() - stopped
     finally:
       _Kill(client)
@@ -123,7 +113,7 @@ def _KillWorkerOneMidRun(cluster: worker_cluster.Cluster, logdir: str,
     _WaitForStep(client, 60)
     cluster.Kill([1])
     killed = time.monotonic()
-    code, _, err = _Finish(client, BOUND_S + 30)
+    code, _, err = fresh_process.Finish(client, BOUND_S + 30)
     elapsed = time.monotonic() - killed
   finally:
     _Kill(client)
