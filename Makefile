@@ -34,7 +34,7 @@ demo: $(STAMP)
 # test ends with its slowest tests and the total time, for keeping it short.
 test: $(STAMP)
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --durations=25 tests
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --dist=loadgroup --durations=25 tests
 
 test-slow: $(STAMP)
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m slow tests

@@ -54,10 +54,11 @@ def ConvNetLayers(keep_prob: float = 0.8) -> Tuple[List[Any], List[int]]:
   return layers, [BATCH, 6, 6, 3]
 
 
-def FfnLayers(keep_prob: float = 0.8, dim: int = 8) -> Tuple[List[Any], List[int]]:
-  """Eight residual feed-forward + dropout layers."""
+def FfnLayers(keep_prob: float = 0.8, dim: int = 8,
+              num_layers: int = 8) -> Tuple[List[Any], List[int]]:
+  """num_layers residual feed-forward + dropout layers."""
   layers = []
-  for i in range(8):
+  for i in range(num_layers):
     body = containers.SequentialLayer.Params().Set(sub=[
         linear.FeedForwardLayer.Params().Set(name='ffn', input_dim=dim, hidden_dim=2 * dim),
         dropout.DropoutLayer.Params().Set(name='drop', keep_prob=keep_prob)])

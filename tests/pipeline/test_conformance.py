@@ -1,7 +1,8 @@
 """The conformance matrix: every schedule x emission x precision x remat x replicas equals the unpartitioned network.
 
-Each case trains one step of eight residual feed-forward layers with dropout
-(keep 0.7) and checks outputs, loss and the gradient of every variable and
+Each case trains one step of four residual feed-forward layers with dropout
+(keep 0.7; one to two per cell: the graph's size, not the layers' count,
+is what each case costs) and checks outputs, loss and the gradient of every variable and
 input against tests/transparency.py's Reference (float32: rtol 1e-5) or
 tests/bfloat16_transparency.py's (bfloat16: a few bfloat16 steps). The
 schedules run with the loss inside the pipeline (FPropWithLoss); fill-drain
@@ -30,6 +31,7 @@ from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 BATCH = 24
+NUM_LAYERS = 4
 # name -> (pipeline params, cells, M, loss inside)
 SCHEDULES = {
     'fill_drain': (dict(schedule=ScheduleKind.GPIPE), 2, 3, True),
@@ -71,14 +73,14 @@ def _Cases(dtype):
 
 @pytest.mark.parametrize('name,emission,remat,replicas', _Cases('float32'))
 def test_float32(name, emission, remat, replicas):
-  layers, shape = models.FfnLayers(keep_prob=0.7)
+  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape)
   transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, loss_inside=SCHEDULES[name][3])
 
 
 @pytest.mark.parametrize('name,emission,remat,replicas', _Cases('bfloat16'))
 def test_bfloat16(name, emission, remat, replicas):
-  layers, shape = models.FfnLayers(keep_prob=0.7, dim=16)
+  layers, shape = models.FfnLayers(keep_prob=0.7, dim=16, num_layers=NUM_LAYERS)
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape,
                                  fprop_dtype=bfloat16_transparency.DTYPE)
   bfloat16_transparency.CheckBf16Transparent(pipe, [x], num_micro, SCHEDULES[name][3])
@@ -94,7 +96,7 @@ def test_an_eager_step_runs_unrolled_where_a_graph_would_loop(name, monkeypatch)
     raise AssertionError('an eager step built a loop per device')
 
   monkeypatch.setattr(loop_executor, 'LoopExecutor', Refused)
-  layers, shape = models.FfnLayers(keep_prob=0.7)
+  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
   pipe, x, num_micro = _Pipeline(name, 'loop', gpipe.RematPolicy.PER_CELL, 1, layers, shape)
   transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, eager=True,
                                         loss_inside=SCHEDULES[name][3])
@@ -163,7 +165,7 @@ def test_loss_inputs(name, emission, replicas):
   cells: outputs, loss and gradients of a step, and the loss in
   evaluation, equal the unpartitioned network's with the whole batch's
   labels and weights."""
-  layers, shape = models.FfnLayers(keep_prob=0.7)
+  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
   pipe, x, num_micro = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas,
                                  layers, shape)
   targets = NestedMap(
