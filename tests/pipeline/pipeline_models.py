@@ -77,10 +77,12 @@ VOCAB, LABEL_SMOOTHING = 16, 0.1  # the Transformer stack's
 
 def TransformerStackPipeline(k: int, m: int, **pipeline_kwargs) -> gpipe.PipeliningLayer:
   """The pipeline of a small GPipe Transformer LM with dropout: embedding,
-  six layers, softmax (8 layers); (ids, paddings) -> (logits, weights)."""
+  Transformer layers, softmax, max(k, 4) layers in all (two Transformer
+  layers, six at K=8: one layer per cell at most; each layer is graph to
+  trace); (ids, paddings) -> (logits, weights)."""
   p = lm_layers.GPipeTransformerStack.Params().Set(
       name='lm', vocab_size=VOCAB, model_dim=8, num_heads=2, hidden_dim=16,
-      num_layers=6, batch_size=BATCH, seq_len=4, residual_keep_prob=0.8,
+      num_layers=max(k, 4) - 2, batch_size=BATCH, seq_len=4, residual_keep_prob=0.8,
       label_smoothing=LABEL_SMOOTHING)
   p.pipeline.Set(num_partitions=k, num_micro_batches=m, **pipeline_kwargs)
   return lm_layers.GPipeTransformerStack.PipelineParams(p).Instantiate()
