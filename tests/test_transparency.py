@@ -26,7 +26,7 @@ def _BrokenPartition(monkeypatch, edit):
 
 def test_a_dropped_layer_fails(monkeypatch):
   pipe, inputs = _BrokenPartition(monkeypatch, lambda cells: [cells[0][:-1]] + cells[1:])
-  with pytest.raises(AssertionError, match="0 layers named 'res3'"):
+  with pytest.raises(AssertionError, match="0 layers named 'res1'"):
     transparency.CheckTransparent(pipe, inputs, 2)
 
 
@@ -34,7 +34,7 @@ def test_a_duplicated_layer_fails(monkeypatch):
   pipe, inputs = _BrokenPartition(
       monkeypatch, lambda cells: [cells[0], [cells[0][-1]] + cells[1]])
   # Two layers of one name: the pipeline names both by their place instead.
-  with pytest.raises(AssertionError, match="0 layers named 'res3'"):
+  with pytest.raises(AssertionError, match="0 layers named 'res1'"):
     transparency.CheckTransparent(pipe, inputs, 2)
 
 
@@ -58,7 +58,7 @@ class _SkipsItsSecondLayer(containers.SequentialLayer):
 
 def _CellTplPipeline(cell_cls, **kwargs):
   layers, shape = models.FfnLayers(keep_prob=0.7)
-  cells = [cell_cls.Params().Set(name=f'c{k}', sub=layers[4 * k:4 * k + 4])
+  cells = [cell_cls.Params().Set(name=f'c{k}', sub=layers[2 * k:2 * k + 2])
            for k in range(2)]
   pipe = gpipe.PipeliningLayer.Params().Set(
       name='pipe', cell_tpl=cells, num_micro_batches=4, input_shapes=[shape],

@@ -55,8 +55,10 @@ def ConvNetLayers(keep_prob: float = 0.8) -> Tuple[List[Any], List[int]]:
 
 
 def FfnLayers(keep_prob: float = 0.8, dim: int = 8,
-              num_layers: int = 8) -> Tuple[List[Any], List[int]]:
-  """num_layers residual feed-forward + dropout layers."""
+              num_layers: int = 4) -> Tuple[List[Any], List[int]]:
+  """num_layers residual feed-forward + dropout layers: by default four,
+  one or two per cell up to K=4 (each layer is graph to trace; pass K for
+  more cells)."""
   layers = []
   for i in range(num_layers):
     body = containers.SequentialLayer.Params().Set(sub=[

@@ -31,7 +31,6 @@ from tests import transparency
 from tests.pipeline import pipeline_models as models
 
 BATCH = 24
-NUM_LAYERS = 4
 # name -> (pipeline params, cells, M, loss inside)
 SCHEDULES = {
     'fill_drain': (dict(schedule=ScheduleKind.GPIPE), 2, 3, True),
@@ -73,14 +72,14 @@ def _Cases(dtype):
 
 @pytest.mark.parametrize('name,emission,remat,replicas', _Cases('float32'))
 def test_float32(name, emission, remat, replicas):
-  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
+  layers, shape = models.FfnLayers(keep_prob=0.7)
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape)
   transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, loss_inside=SCHEDULES[name][3])
 
 
 @pytest.mark.parametrize('name,emission,remat,replicas', _Cases('bfloat16'))
 def test_bfloat16(name, emission, remat, replicas):
-  layers, shape = models.FfnLayers(keep_prob=0.7, dim=16, num_layers=NUM_LAYERS)
+  layers, shape = models.FfnLayers(keep_prob=0.7, dim=16)
   pipe, x, num_micro = _Pipeline(name, emission, remat, replicas, layers, shape,
                                  fprop_dtype=bfloat16_transparency.DTYPE)
   bfloat16_transparency.CheckBf16Transparent(pipe, [x], num_micro, SCHEDULES[name][3])
@@ -96,7 +95,7 @@ def test_an_eager_step_runs_unrolled_where_a_graph_would_loop(name, monkeypatch)
     raise AssertionError('an eager step built a loop per device')
 
   monkeypatch.setattr(loop_executor, 'LoopExecutor', Refused)
-  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
+  layers, shape = models.FfnLayers(keep_prob=0.7)
   pipe, x, num_micro = _Pipeline(name, 'loop', gpipe.RematPolicy.PER_CELL, 1, layers, shape)
   transparency.CheckTransparentWithLoss(pipe, (x,), num_micro, eager=True,
                                         loss_inside=SCHEDULES[name][3])
@@ -165,7 +164,7 @@ def test_loss_inputs(name, emission, replicas):
   cells: outputs, loss and gradients of a step, and the loss in
   evaluation, equal the unpartitioned network's with the whole batch's
   labels and weights."""
-  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=NUM_LAYERS)
+  layers, shape = models.FfnLayers(keep_prob=0.7)
   pipe, x, num_micro = _Pipeline(name, emission, gpipe.RematPolicy.PER_CELL, replicas,
                                  layers, shape)
   targets = NestedMap(

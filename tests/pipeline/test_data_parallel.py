@@ -27,7 +27,7 @@ _LAYOUTS = {
 
 
 def _Pipeline(kind, replicas, num_micro, loop):
-  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=4)  # 1-2 per cell
+  layers, shape = models.FfnLayers(keep_prob=0.7)
   cells, kwargs = _LAYOUTS[kind]
   return models.Pipeline(layers, shape, cells, num_micro, num_replicas=replicas,
                          schedule=kind, loop_min_micro_batches=loop, **kwargs), shape

@@ -51,13 +51,13 @@ def _CountProducts(monkeypatch):
 
 
 @pytest.mark.parametrize('remat,remat_last,deferred', [
-    (gpipe.RematPolicy.PER_CELL, False, 16), (gpipe.RematPolicy.PER_CELL, True, 16),
+    (gpipe.RematPolicy.PER_CELL, False, 8), (gpipe.RematPolicy.PER_CELL, True, 8),
     (gpipe.RematPolicy.PER_LAYER, False, 0), (gpipe.RematPolicy.NONE, False, 0)])
 def test_wide_ffn_defers_with_per_cell_remat_and_equals_reference(
     monkeypatch, remat, remat_last, deferred):
   """dim 32, hidden 64, 16 rows a step: each 32x64 weight's factors (16 x
-  96) are smaller than it, so PER_CELL defers all 16 projections, in the
-  recomputing backwards and in the kept last micro-batch's (unless it is
+  96) are smaller than it, so PER_CELL defers all 8 projections (two per
+  layer), in the recomputing backwards and in the kept last micro-batch's (unless it is
   recomputed too); the other policies keep the tape's weight gradients.
   Dropout differs per micro-batch."""
   calls = _CountProducts(monkeypatch)

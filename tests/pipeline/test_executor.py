@@ -311,7 +311,7 @@ def test_eval_mode_loss_is_the_sum_of_micro_batch_losses():
           devices=['CPU:0', 'CPU:1', 'CPU:2']), 'need 4 devices but only 3'),
 ])
 def test_bad_layouts_fail_at_build(kwargs, match):
-  layers, shape = models.FfnLayers()
+  layers, shape = models.FfnLayers(num_layers=6)  # up to six cells
   with pytest.raises((ValueError, TypeError), match=match):
     gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, input_shapes=[shape],
                                        **kwargs).Instantiate()

@@ -45,7 +45,7 @@ def test_transformer_stack_with_dropout(k, m):
 
 @pytest.mark.parametrize('k,m', models.KMGrid())
 def test_ffn_with_dropout(k, m):
-  layers, shape = models.FfnLayers(keep_prob=0.7)
+  layers, shape = models.FfnLayers(keep_prob=0.7, num_layers=max(k, 4))
   _CheckTransparent(layers, shape, k, m)
 
 
@@ -93,7 +93,7 @@ def test_one_step_function_with_one_then_several_micro_batches(remat):
   accumulators, which take memory only then), then 4 again."""
   layers, shape = models.FfnLayers(keep_prob=1.0)
   pipe = gpipe.PipeliningLayer.Params().Set(
-      name='pipe', layers=layers, splits=[4], micro_batch_size=4,
+      name='pipe', layers=layers, splits=[2], micro_batch_size=4,
       remat=remat).Instantiate()
   step = models.TrainStep(pipe, step=0)
   for batch in (4, 16, 4):
