@@ -238,6 +238,7 @@ class Trainer:
     """Traces the loop of training steps, as its first call would (which
     then reuses the trace), raising the model's errors before anything is
     written: e.g. a schedule its FProp cannot train."""
+    self._SynchronizeCopies()
     self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
 
   def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None,
@@ -301,13 +302,13 @@ class Trainer:
     self._train_loop(tf.constant(num_steps))
 
   def _SynchronizeCopies(self) -> None:
-    """Once, before the first step: sets the pipeline replicas' copies and
-    their optimizer slots to the model's (restored or warm started). The
-    loop is traced first, which creates the slots (and restores the
-    model's)."""
-    if self._copies_synchronized or not self.replica_copies:
+    """Once before the loop is traced, and again after a restore: creates
+    the optimizer's slots (restoring the checkpoint's), then sets the
+    pipeline replicas' copies and their slots to the model's (restored or
+    warm started)."""
+    if self._copies_synchronized:
       return
-    self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
+    optimizers.CreateSlots(self.optimizer, self._trained)
     optimizers.SynchronizeCopies(self.optimizer, self.replica_copies)
     self._copies_synchronized = True
 

@@ -92,6 +92,19 @@ def IsFinite(*values: tf.Tensor) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
 
 
+def CreateSlots(optimizer: tf.compat.v1.train.Optimizer,
+                variables: Sequence[tf.Variable]) -> None:
+  """Creates the optimizer's slots for `variables` (and its own variables,
+  e.g. Adam's beta powers) as its first apply_gradients would, each next to
+  its variable, by tracing an apply of zero gradients that never runs.
+  tf.function traces a function twice when its first trace creates
+  variables: created first, the training loop is traced once."""
+  def Apply() -> None:
+    optimizer.apply_gradients([(tf.zeros(v.shape, v.dtype.base_dtype), v)
+                               for v in variables])
+  tf.function(Apply, autograph=False).get_concrete_function()
+
+
 def SynchronizeCopies(optimizer: tf.compat.v1.train.Optimizer,
                       pairs: Sequence[Tuple[tf.Variable, List[tf.Variable]]]) -> None:
   """Sets each replica copy (pipeline/replica_variables.py) and its
