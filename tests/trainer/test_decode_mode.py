@@ -15,8 +15,8 @@ KEY = your_experiment.KEY
 
 def _Trained(tmp_path):
   your_experiment.WriteModule(tmp_path)
-  your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--logdir=run', '--mode=train',
-                             '--model_params_override=trainer.max_steps=50')
+  your_experiment.RunTrainerInProcess(tmp_path, f'--model={KEY}', '--logdir=run',
+                                      '--mode=train', '--model_params_override=trainer.max_steps=50')
   return tmp_path / 'run'
 
 
@@ -24,8 +24,8 @@ def test_decode_is_bounded_shows_progress_and_never_overwrites(tmp_path):
   logdir = _Trained(tmp_path)
   outputs = []
   for flags in ([], [], ['--decode_prompt=' + ','.join(['1'] * 16)]):
-    result = your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--logdir=run',
-                                        '--mode=decode', *flags, timeout_s=300)
+    result = your_experiment.RunTrainerInProcess(tmp_path, f'--model={KEY}', '--logdir=run',
+                                                 '--mode=decode', *flags)
     lines = result.stdout.splitlines()
     assert any(line.startswith('decode: batch 1') for line in lines), result.stdout
     # The last line says how many it showed and where all of them are.

@@ -23,9 +23,9 @@ except tf.errors.InvalidArgumentError as e:
 def test_export_takes_any_batch_up_to_the_maximum(tmp_path):
   your_experiment.WriteModule(tmp_path)
   common = [f'--model={KEY}', '--logdir=run']
-  your_experiment.RunTrainer(tmp_path, *common, '--mode=train',
-                             '--model_params_override=trainer.max_steps=50')
-  exported = your_experiment.RunTrainer(tmp_path, *common, '--mode=export').stdout
+  your_experiment.RunTrainerInProcess(tmp_path, *common, '--mode=train',
+                                      '--model_params_override=trainer.max_steps=50')
+  exported = your_experiment.RunTrainerInProcess(tmp_path, *common, '--mode=export').stdout
   assert '(serving_default takes 1 to 32 rows a call)' in exported, exported
   (tmp_path / 'load.py').write_text(_LOAD)
   out = your_experiment.RunCommand(tmp_path, [sys.executable, 'load.py', 'run/export/50'],

@@ -18,7 +18,8 @@ def test_inspect_model_reads_the_built_task(tmp_path):
   text = module.read_text()
   assert _DECLARATION in text
   module.write_text(text.replace(_DECLARATION, ''))
-  plan = your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--mode=inspect_model').stdout
+  plan = your_experiment.RunTrainerInProcess(tmp_path, f'--model={KEY}',
+                                              '--mode=inspect_model').stdout
   assert 'pipeline pipe: K=2 cells, M=4 micro-batches' in plan, plan
   assert 'proj0, proj1' in plan and 'proj2, proj3' in plan
   assert 'schedules weighed (the planner\'s that the model trains): GPIPE;' in plan
@@ -32,8 +33,9 @@ def test_bad_overrides_are_one_line_in_inspect_model(tmp_path):
       ('task.pipeline.num_micro_batches=3', 'num_micro_batches (3) must divide'),
       ('task.pipeline.num_partitions=0', 'num_partitions (0) must be >= 1'),
       ('task.num_layers=1', 'Cannot split 1 layers into 2 cells')):
-    result = your_experiment.RunTrainer(tmp_path, f'--model={KEY}', '--mode=inspect_model',
-                                        f'--model_params_override={override}', check=False)
+    result = your_experiment.RunTrainerInProcess(
+        tmp_path, f'--model={KEY}', '--mode=inspect_model',
+        f'--model_params_override={override}', check=False)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr

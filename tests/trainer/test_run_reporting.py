@@ -20,7 +20,10 @@ KEY = your_experiment.KEY
 
 
 def _Train(cwd: pathlib.Path, logdir: str, *flags: str):
-  return your_experiment.RunTrainer(cwd, f'--model={KEY}', f'--logdir={logdir}', *flags)
+  """The trainer in this process: what it prints is the trainer's, the
+  console script adds nothing (test_your_experiment runs that)."""
+  return your_experiment.RunTrainerInProcess(cwd, f'--model={KEY}', f'--logdir={logdir}',
+                                             *flags)
 
 
 def test_opening_line_metrics_and_eval_sums(tmp_path):

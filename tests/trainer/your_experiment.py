@@ -1,14 +1,19 @@
-"""The user's module of docs/your_experiment.md and the trainer's console
-script run on it as a user runs it: from the module's directory."""
+"""The user's module of docs/your_experiment.md and the trainer run on it
+as a user runs it: from the module's directory, through the console script
+(RunTrainer) or, where the process is not what a test checks, in the test
+process (RunTrainerInProcess: no TensorFlow import of its own)."""
 
+import contextlib
 import os
 import pathlib
 import re
 import subprocess
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
+from lingvo_pipe import model_registry
 from tests import fresh_process
+from tests.trainer import in_process
 
 DOC = fresh_process.ROOT / 'docs' / 'your_experiment.md'
 MODULE = 'my_exps'
@@ -66,3 +71,29 @@ def RunCommand(cwd: pathlib.Path, command: List[str], check: bool = True,
                          f'--- stderr ---\n{result.stderr[-3000:]}\n'
                          f'--- stdout ---\n{result.stdout[-3000:]}')
   return result
+
+
+def RunTrainerInProcess(cwd: pathlib.Path, *flags: str,
+                        check: bool = True) -> subprocess.CompletedProcess:
+  """RunTrainer's flags, run by the trainer in this process from cwd."""
+  with _InUserDirectory(cwd):
+    return in_process.Run(*flags, check=check)
+
+
+@contextlib.contextmanager
+def _InUserDirectory(directory: pathlib.Path) -> Iterator[None]:
+  """directory as the working directory and first on sys.path, and a
+  registry of experiments of its own; after, all three as they were and
+  the user's module forgotten, so that the next run imports its own."""
+  # pylint: disable=protected-access
+  cwd, path, registry = os.getcwd(), list(sys.path), model_registry._DEFAULT_REGISTRY
+  os.chdir(directory)
+  sys.path.insert(0, str(directory))
+  model_registry._DEFAULT_REGISTRY = model_registry.Registry()
+  try:
+    yield
+  finally:
+    os.chdir(cwd)
+    sys.path[:] = path
+    model_registry._DEFAULT_REGISTRY = registry
+    sys.modules.pop(MODULE, None)
