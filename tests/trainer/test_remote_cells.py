@@ -2,7 +2,8 @@
 
 Two (four for replicas) `--mode=worker` processes on free loopback ports
 (tests/worker_cluster, always killed, also when a test fails) serve the cells of
-lm.StdlibBytesTiny; a client (tests/trainer/remote_train_program) trains it
+lm.StdlibBytesTiny (make test's two tests share one pair); a client
+(tests/trainer/remote_train_program), a process of each test's own, trains it
 three steps on them, and the same program trains it on local logical
 devices. Losses and final weights agree to rtol 1e-5, and the traced step
 puts each cell's forward, backward (its recomputation) and every op of
@@ -70,9 +71,16 @@ def _AssertOnWorkers(report: dict, task_of_cell: list, slots: int = 2) -> None:
   assert kept and all(_Task(d) in set().union(*task_of_cell) for _, d in kept)
 
 
-def test_cells_on_workers_train_as_on_local_devices(tmp_path):
+@pytest.fixture(name='two_workers', scope='module')
+def _TwoWorkers():
+  """Two workers for the module's tests: started once (each is a TensorFlow
+  import), each test's client connecting to them afresh."""
   with worker_cluster.Running(2) as cluster:
-    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}')
+    yield cluster
+
+
+def test_cells_on_workers_train_as_on_local_devices(tmp_path, two_workers):
+  remote = _Train(tmp_path / 'remote', f'--cluster_spec={two_workers.spec}')
   assert remote['cell_devices'] == [[
       f'/job:worker/replica:0/task:{t}/device:CPU:0' for t in (0, 1)]]
   _AssertOnWorkers(remote, [{0}, {1}])
@@ -108,15 +116,14 @@ def test_replicas_on_workers_equal_one_local_pipeline(tmp_path):
   _AssertSameTraining(remote, local)
 
 
-def test_replicas_all_reduce_across_worker_processes(tmp_path):
+def test_replicas_all_reduce_across_worker_processes(tmp_path, two_workers):
   """R=2 x K=1 on two workers, each replica's copy of the model on its
   own task and the gradients all-reduced between the processes, against
   R=1, M=4 on one local device."""
   one_cell = 'task.stack.pipeline.num_partitions=1'
-  with worker_cluster.Running(2) as cluster:
-    remote = _Train(tmp_path / 'remote', f'--cluster_spec={cluster.spec}',
-                    f'--override={one_cell}; task.stack.pipeline.num_replicas=2; '
-                    f'{_MOMENTUM}')
+  remote = _Train(tmp_path / 'remote', f'--cluster_spec={two_workers.spec}',
+                  f'--override={one_cell}; task.stack.pipeline.num_replicas=2; '
+                  f'{_MOMENTUM}')
   assert remote['cell_devices'] == [[f'/job:worker/replica:0/task:{t}/device:CPU:0']
                                     for t in (0, 1)]
   collectives = collections.Counter(_Task(d) for d in remote['collectives'])
