@@ -3,6 +3,8 @@ the same global batch (clipping and the non-finite check see the reduced
 gradient), the checkpoint holds one copy of the model, and a run resumes
 under another R with every replica's copy and slots restored."""
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -35,14 +37,28 @@ def _Scalars(logdir, tag):
 
 
 @pytest.fixture(scope='module')
-def one_pipeline(tmp_path_factory):
-  """R=1, M=4: STEPS steps, then STEPS more from its checkpoint."""
+def r1_runs(tmp_path_factory):
+  """R=1, M=4: 2 * STEPS steps in one run, and a copy of its logdir at
+  STEPS (its checkpoint and curves then), which tests resume from."""
   logdir = tmp_path_factory.mktemp('r1')
-  _Trainer(logdir, 1, 4).Train(STEPS)
+  at_steps = tmp_path_factory.mktemp('r1_at_steps')
   trainer = _Trainer(logdir, 1, 4)
-  assert trainer.Restore()
+  trainer.Train(STEPS)
+  shutil.copytree(logdir, at_steps, dirs_exist_ok=True)
   trainer.Train(2 * STEPS)
-  return logdir
+  return logdir, at_steps
+
+
+@pytest.fixture(scope='module')
+def one_pipeline(r1_runs):
+  """R=1, M=4: 2 * STEPS steps."""
+  return r1_runs[0]
+
+
+@pytest.fixture(scope='module')
+def one_pipeline_at_steps(r1_runs):
+  """one_pipeline's logdir after STEPS steps."""
+  return r1_runs[1]
 
 
 def test_two_replicas_train_as_one_pipeline_with_clipping(one_pipeline, tmp_path):
@@ -68,11 +84,13 @@ def test_two_replicas_train_as_one_pipeline_with_clipping(one_pipeline, tmp_path
 
 # make test resumes at R=4 (its copies' slots from R=1's); R=2 is slow.
 @pytest.mark.parametrize('replicas,micro', [pytest.param(2, 2, marks=pytest.mark.slow), (4, 1)])
-def test_resumes_under_another_number_of_replicas(one_pipeline, tmp_path, replicas, micro):
-  """From R=1's checkpoint at STEPS, R replicas continue as R=1 did: every
-  copy and its Adam slots start from the restored ones."""
-  trainer = _Trainer(tmp_path, 1, 4)
-  trainer.Train(STEPS)
+def test_resumes_under_another_number_of_replicas(one_pipeline, one_pipeline_at_steps,
+                                                  tmp_path, replicas, micro):
+  """From R=1's checkpoint at STEPS, R replicas continue as R=1 went on
+  (unrestarted; a resumed run equals it, test_kill_and_resume): every copy
+  and its Adam slots start from the restored ones. The first STEPS are a
+  copy of R=1's logdir then, not trained again."""
+  shutil.copytree(one_pipeline_at_steps, tmp_path, dirs_exist_ok=True)
   resumed = _Trainer(tmp_path, replicas, micro)
   assert resumed.Restore()
   resumed.Train(2 * STEPS)

@@ -18,8 +18,10 @@ from trainer import loop
 from trainer import warm_start
 
 TINY = 'lm.StdlibBytesTiny'
-# One cell in both models, so the paths agree whatever the partitioning.
-COMMON = 'trainer.steps_per_loop=2; task.stack.pipeline.num_partitions=1'
+# One cell in both models, so the paths agree whatever the partitioning;
+# one micro-batch, the cheapest step to trace.
+COMMON = ('trainer.steps_per_loop=2; task.stack.pipeline.num_partitions=1; '
+          'task.stack.pipeline.num_micro_batches=1')
 DEEP = COMMON + '; task.stack.num_layers=4'
 # Lingvo's shape: {checkpoint: ([(regex, format)], [ignore regexes])}.
 RULE = r'(.*/(?:embedding|layer_[01])/.*)'
@@ -73,8 +75,11 @@ def test_trainer_binary_warm_starts_once(source, tmp_path):
   first = in_process.Run(*args, '--max_steps=2')
   assert 'loaded 33 variable(s).' in first.stdout and 'step      2/2' in first.stdout
   assert 'init_from_checkpoint_rules' in (logdir / 'params.txt').read_text()
-  second = in_process.Run(*args, '--max_steps=4')
+  # The restart restores (the choice is Restore's, before any step) and
+  # has nothing to train: no second trace of the deep model.
+  second = in_process.Run(*args, '--max_steps=2')
   assert 'Restored' in second.stdout and 'Warm start' not in second.stdout
+  assert 'Nothing to train: the checkpoint is at step 2' in second.stdout
   # params.txt holds the rules in a form the binary reads back.
   again = in_process.Run(f'--model={TINY}', '--mode=inspect_params',
                          f'--model_params_file_override={logdir / "params.txt"}')
