@@ -22,6 +22,7 @@ def _ConfigureDevices() -> None:
 _ConfigureDevices()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marker into the test's id
 def pytest_collection_modifyitems(items) -> None:
   """Keeps the tests of a module with a module-scoped fixture on one xdist
   worker (`make test` runs --dist=loadgroup), so that fixture (often a
