@@ -32,9 +32,12 @@ demo: $(STAMP)
 # test leaves out the tests marked slow (pytest.ini): the rest of the (K, M)
 # grids and matrices that it samples; test-slow runs only those, test-all both.
 # test ends with its slowest tests and the total time, for keeping it short.
+# --dist=loadfile keeps a file's tests on one worker, so a module-scoped
+# fixture (a trained model) is built once, not once per worker; the suite
+# passes under any --dist.
 test: $(STAMP)
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --dist=loadgroup --durations=25 tests
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --dist=loadfile --durations=25 tests
 
 test-slow: $(STAMP)
 	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) -m slow tests

@@ -4,7 +4,6 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import pytest  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 NUM_LOGICAL_DEVICES = 8
@@ -20,16 +19,3 @@ def _ConfigureDevices() -> None:
 
 
 _ConfigureDevices()
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marker into the test's id
-def pytest_collection_modifyitems(items) -> None:
-  """Keeps the tests of a module with a module-scoped fixture on one xdist
-  worker (`make test` runs --dist=loadgroup), so that fixture (often a
-  trained model) is built once, not once per worker; the suite passes under
-  any --dist, this only saves the second build."""
-  for item in items:
-    info = getattr(item, '_fixtureinfo', None)
-    defs = info.name2fixturedefs.values() if info else ()
-    if any(d.scope == 'module' for chain in defs for d in chain):
-      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
