@@ -315,8 +315,9 @@ def _Restore(checkpoint: tf.train.Checkpoint, path: str) -> Optional[str]:
         'Run with the trainer params it was trained with (e.g. the same '
         'trainer.loss_scaling).') from None
   # The model's variables were checked key by key (`check`) and all matched
-  # above. Optimizer slots are created by the first step and restored then;
-  # modes that never step (eval) would otherwise warn about them at exit.
+  # above. Optimizer slots are created before the first step's trace and
+  # restored then; modes that never train (eval) would otherwise warn about
+  # them at exit.
   status.expect_partial()
   return None
 
