@@ -37,9 +37,9 @@ def _Scalars(logdir, tag):
 
 
 @pytest.fixture(scope='module')
-def r1_runs(tmp_path_factory):
-  """R=1, M=4: 2 * STEPS steps in one run, and a copy of its logdir at
-  STEPS (its checkpoint and curves then), which tests resume from."""
+def one_pipeline(tmp_path_factory):
+  """R=1, M=4: (the logdir of 2 * STEPS steps in one run, a copy of it at
+  STEPS: its checkpoint and curves then, which tests resume from)."""
   logdir = tmp_path_factory.mktemp('r1')
   at_steps = tmp_path_factory.mktemp('r1_at_steps')
   trainer = _Trainer(logdir, 1, 4)
@@ -49,26 +49,15 @@ def r1_runs(tmp_path_factory):
   return logdir, at_steps
 
 
-@pytest.fixture(scope='module')
-def one_pipeline(r1_runs):
-  """R=1, M=4: 2 * STEPS steps."""
-  return r1_runs[0]
-
-
-@pytest.fixture(scope='module')
-def one_pipeline_at_steps(r1_runs):
-  """one_pipeline's logdir after STEPS steps."""
-  return r1_runs[1]
-
-
 def test_two_replicas_train_as_one_pipeline_with_clipping(one_pipeline, tmp_path):
+  r1_logdir, _ = one_pipeline
   trainer = _Trainer(tmp_path, 2, 2)
   trainer.Train(STEPS)
-  expected = _Scalars(one_pipeline, 'loss')[:STEPS // 2]
+  expected = _Scalars(r1_logdir, 'loss')[:STEPS // 2]
   np.testing.assert_allclose(_Scalars(tmp_path, 'loss'), expected, rtol=1e-5)
   norms = _Scalars(tmp_path, 'grad_norm')
   assert (norms > CLIP).all(), norms  # clipped: one norm, of the reduced gradient
-  np.testing.assert_allclose(norms, _Scalars(one_pipeline, 'grad_norm')[:STEPS // 2],
+  np.testing.assert_allclose(norms, _Scalars(r1_logdir, 'grad_norm')[:STEPS // 2],
                              rtol=1e-5)
   assert trainer.replica_copies
   for original, (copy,) in trainer.replica_copies:
@@ -79,22 +68,22 @@ def test_two_replicas_train_as_one_pipeline_with_clipping(one_pipeline, tmp_path
             if not k.startswith('train_iterator')}
 
   assert Saved(trainer.manager.latest_checkpoint) == Saved(
-      tf.train.latest_checkpoint(str(one_pipeline / 'checkpoints')))
+      tf.train.latest_checkpoint(str(r1_logdir / 'checkpoints')))
 
 
 # make test resumes at R=4 (its copies' slots from R=1's); R=2 is slow.
 @pytest.mark.parametrize('replicas,micro', [pytest.param(2, 2, marks=pytest.mark.slow), (4, 1)])
-def test_resumes_under_another_number_of_replicas(one_pipeline, one_pipeline_at_steps,
-                                                  tmp_path, replicas, micro):
+def test_resumes_under_another_number_of_replicas(one_pipeline, tmp_path, replicas, micro):
   """From R=1's checkpoint at STEPS, R replicas continue as R=1 went on
   (unrestarted; a resumed run equals it, test_kill_and_resume): every copy
   and its Adam slots start from the restored ones. The first STEPS are a
   copy of R=1's logdir then, not trained again."""
-  shutil.copytree(one_pipeline_at_steps, tmp_path, dirs_exist_ok=True)
+  r1_logdir, at_steps = one_pipeline
+  shutil.copytree(at_steps, tmp_path, dirs_exist_ok=True)
   resumed = _Trainer(tmp_path, replicas, micro)
   assert resumed.Restore()
   resumed.Train(2 * STEPS)
-  np.testing.assert_allclose(_Scalars(tmp_path, 'loss'), _Scalars(one_pipeline, 'loss'),
+  np.testing.assert_allclose(_Scalars(tmp_path, 'loss'), _Scalars(r1_logdir, 'loss'),
                              rtol=1e-5)
   for original, copies in resumed.replica_copies:
     for copy in copies:
