@@ -163,10 +163,12 @@ def Run(workload_name: str) -> dict:
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.profiling import record  # pylint: disable=g-import-not-at-top
+    from lingvo_pipe.pipeline import program  # pylint: disable=g-import-not-at-top
     actions = model.plan.Actions(FLAGS.m)
     # Fill-drain labels itself, unless it loops: a loop step's calls run in
     # iterations, which only the schedule's tasks tell from steps.
-    labelled = None if FLAGS.schedule == 'gpipe' and not model.plan.Loops(FLAGS.m) else actions
+    loops = model.plan.Emission(FLAGS.m) == program.Emission.LOOP
+    labelled = None if FLAGS.schedule == 'gpipe' and not loops else actions
     intervals = record.Record(lambda: Step(x), FLAGS.timeline_dir, schedule_actions=labelled)
     result.update(timeline=bubble.Summary(intervals, labelled),
                   measured_bubble=bubble.MeasuredBubble(intervals, actions),

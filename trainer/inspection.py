@@ -23,6 +23,7 @@ from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import schedule
 
 DEFAULT_BUDGET_BYTES = 1 << 30  # memory of each device for the planner table
@@ -108,8 +109,9 @@ def _Emission(resolved: plan_lib.Plan, num_micro: Optional[int]) -> str:
   start = resolved.loop_min_micro_batches
   if not start:
     return 'unrolled at every M (loop_min_micro_batches)'
+  loops = num_micro is not None and resolved.Emission(num_micro) == program.Emission.LOOP
   now = ('' if num_micro is None else
-         f'{"a loop per device" if resolved.Loops(num_micro) else "unrolled"} at M={num_micro}; ')
+         f'{"a loop per device" if loops else "unrolled"} at M={num_micro}; ')
   return f'{now}a loop per device from M={start} (loop_min_micro_batches)'
 
 
@@ -147,7 +149,9 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
                       cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
-                      broadcast_inputs=p.broadcast_inputs, schedules=schedules)
+                      broadcast_inputs=p.broadcast_inputs, schedules=schedules,
+                      loop_from=lambda kind, remat: plan_lib.LoopFromM(
+                          p.Copy().Set(schedule=kind, remat=remat)))
   best = planner.Recommend(rows)
   verdict = (f'{planner.Override(best)} (the pipeline\'s params)' if best else
              f'none fits {budget_bytes / 2**20:.0f} MiB; raise --planner_budget_mb or '

@@ -6,6 +6,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
@@ -63,7 +64,8 @@ def _Layout(task: tf.Module) -> Tuple[Optional[actions.Schedule],
       p, plan = module.params, module.plan
       replica_devices = plan.DeviceNames() if plan.num_replicas > 1 else None
       fill_drain = p.schedule == schedule.ScheduleKind.GPIPE and not p.schedule_text
-      if (fill_drain and not plan.Loops(p.num_micro_batches)) or p.micro_batch_size:
+      loops = plan.Emission(p.num_micro_batches) == program.Emission.LOOP
+      if (fill_drain and not loops) or p.micro_batch_size:
         return None, replica_devices
       return plan.Actions(p.num_micro_batches), replica_devices
   return None, None

@@ -1,14 +1,14 @@
 """One executor: runs a plan's actions (F, B, I, W) over every replica, unrolled.
 
-The executor follows plan.Order: every action of every replica, each
-device's in its schedule's order (each waits for its device's previous
-action through control dependencies on the cell's call), so a cell keeps
-only the micro-batches its schedule has in flight. Replicas are an axis:
+The executor runs a Program (program.Lower) in its order: every action of
+every replica, each device's in its schedule's order (each waits for its
+device's previous action through control dependencies on the cell's call),
+so a cell keeps only the micro-batches its schedule has in flight. Replicas are an axis:
 replica r runs the same actions on its own devices (plan.replica_devices)
 on its slice of the batch; micro-batch m of replica r is micro-batch
 r*M + m of the whole batch (its dropout masks too).
 
-- F runs a cell's forward as its remat.Decision says (plan.Decisions); on
+- F runs a cell's forward as its remat.Decision says (the program's); on
   the last cell, with a loss function, also the micro-batch's loss and the
   gradients of the cell's outputs.
 - B runs the cell's backward, recomputing or from the forward's tape;
@@ -16,11 +16,11 @@ r*M + m of the whole batch (its dropout masks too).
 - I runs the same backward split (remat.Decision.split): the projections'
   weight gradients are left as factor pairs for the micro-batch's W, which
   adds their products into the step's sums; W's of one cell next to each
-  other on a device are one product (actions.WeightRuns). Where the
+  other on a device are one product (the program's weight_runs). Where the
   decision cannot defer (remat PER_LAYER, one micro-batch, compiled
   cells), I is a B and its W does nothing.
-- REDUCE (replicas only: plan.Order puts it after the cell's last B or W
-  on its device) reads the cell's step gradients in every replica and
+- REDUCE (replicas only: the program puts it after the cell's last B or
+  W on its device) reads the cell's step gradients in every replica and
   sums them over the replicas with a collective all-reduce
   (all_reduce.py), each replica receiving the sum on its own device.
 
@@ -46,9 +46,9 @@ from lingvo_pipe.pipeline import all_reduce
 from lingvo_pipe.pipeline import cell_gradients
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
-from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 
 # The per-micro-batch loss: (the last cell's outputs of micro-batch m of
@@ -143,34 +143,32 @@ class Executor:
   """One step of a plan's actions over its replicas (module docstring).
 
   Args:
-    plan: the pipeline's Plan.
+    plan: the pipeline's Plan (where each cell runs).
+    step: the step's Program (what runs, in which order).
     runners: [replica][cell] the CellRunners.
     thetas: [replica][cell] the cell's theta in the compute dtype, on the
       replica's device (replica_variables: each replica's own copy).
     micro_inputs: [replica][micro-batch] the pipeline's inputs.
     micro_size: examples per micro-batch (dropout masks index examples).
-    training: run the forwards as remat decides, for backwards to follow
-      (else forwards only, as in evaluation).
     loss_fn: the per-micro-batch loss, or None (loss outside, or eval).
   """
 
-  def __init__(self, plan: plan_lib.Plan,
+  def __init__(self, plan: plan_lib.Plan, step: program.Program,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, training: bool,
-               loss_fn: Optional[MicroLossFn] = None) -> None:
+               micro_size: int, loss_fn: Optional[MicroLossFn] = None) -> None:
     self._plan = plan
     self._runners = runners
     self._num_micro = len(micro_inputs[0])
     self._micro_inputs = micro_inputs
     self._micro_size = micro_size
     self._loss_fn = loss_fn
-    self._training = training
-    self._decisions = plan.Decisions(self._num_micro) if training else {}
+    self._training = step.step.training
+    self._decisions = step.decisions
     self._thetas = [list(row) for row in thetas]
-    self._order = plan.Order(self._num_micro)
-    self._weight_runs = actions.WeightRuns(plan.Actions(self._num_micro))
+    self._order = step.order
+    self._weight_runs = step.weight_runs
     self._forwards: Dict[Tuple[int, int, int], _Forward] = {}
     self._output_grads: Dict[Tuple[int, int, int], List[Any]] = {}
     self._factors: Dict[Tuple[int, int, int], Any] = {}

@@ -29,6 +29,7 @@ from lingvo_pipe.pipeline import loop_executor
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
 from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import replica_batches
 from lingvo_pipe.pipeline import replica_variables
 from lingvo_pipe.pipeline import train_step
@@ -192,7 +193,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       run, batches = self._Executor(self._ComputeThetas(thetas), inputs, num_micro,
                                    training=False)
       return containers.UnwrapSingle(batches.Outputs(run.Forwards()))
-    if not self.plan.ForwardsFirst(num_micro):
+    if not self.plan.Program(num_micro, program.Step.LOSS_OUTSIDE).ForwardsFirst():
       raise ValueError(
           f'PipeliningLayer {self.params.name!r}: {_Name(self.params)} starts backwards '
           'before the last forward, so it trains with the loss inside the pipeline: call '
@@ -282,18 +283,23 @@ class PipeliningLayer(base_layer.BaseLayer):
                 training: bool, loss_fn: Optional[Callable[..., tf.Tensor]] = None,
                 loss_inputs: Any = None) -> Tuple[Any, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches
-    (evaluation: replica 0, the whole batch). The one place that chooses the
-    emission: in a graph from plan.LoopFromM's M a loop per device
-    (loop_executor), else unrolled (executor). Eagerly always unrolled: one
-    device's loop would wait forever on a queue the next one's fills."""
+    (evaluation: replica 0, the whole batch), running the step's Program.
+    The one place that chooses the emission: in a graph from
+    plan.LoopFromM's M a loop per device (loop_executor), else unrolled
+    (executor). Eagerly always unrolled: one device's loop would wait
+    forever on a queue the next one's fills."""
     resolved = self.plan if training else self.plan.ReplicaZero()
     batches = replica_batches.ReplicaBatches(self._contract, resolved.replica_devices,
                                              inputs, num_micro, loss_inputs)
-    loops = resolved.Loops(num_micro) and not tf.executing_eagerly()
-    emit = loop_executor.LoopExecutor if loops else executor.Executor
+    emission = (program.Emission.UNROLLED if tf.executing_eagerly()
+                else resolved.Emission(num_micro))
+    step = (program.Step.EVALUATION if not training else
+            program.Step.LOSS_OUTSIDE if loss_fn is None else program.Step.LOSS_INSIDE)
+    emit = (loop_executor.LoopExecutor if emission == program.Emission.LOOP
+            else executor.Executor)
     micro_loss = None if loss_fn is None else _MicroLoss(loss_fn, loss_inputs, batches)
-    return emit(resolved, self._replica_runners, thetas, batches.micro_inputs,
-                batches.micro_size, training, micro_loss), batches
+    return emit(resolved, resolved.Program(num_micro, step, emission), self._replica_runners,
+                thetas, batches.micro_inputs, batches.micro_size, micro_loss), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):

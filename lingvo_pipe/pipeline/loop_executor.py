@@ -36,7 +36,6 @@ while other devices' loops still run. What the step hands back is read
 from the loops' final states (loop_results).
 """
 
-import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
@@ -53,7 +52,7 @@ from lingvo_pipe.pipeline import loop_results
 from lingvo_pipe.pipeline import loop_state
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
-from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
 
 
@@ -61,45 +60,44 @@ class LoopExecutor:
   """A step of a plan's actions as one loop per device (module docstring).
 
   Args:
-    plan: the pipeline's Plan.
+    plan: the pipeline's Plan (where each cell runs).
+    step: the step's Program, lowered for the loop emission.
     runners: [replica][cell] the CellRunners.
     thetas: [replica][cell] the cell's theta in the compute dtype, on the
       replica's device.
     micro_inputs: [replica][micro-batch] the pipeline's inputs.
     micro_size: examples per micro-batch (dropout masks index examples).
-    training: run every action (else the forwards only, as in evaluation).
     loss_fn: the per-micro-batch loss (Run, or evaluation's Loss), or None
       (Forwards, Backwards).
   """
 
-  def __init__(self, plan: plan_lib.Plan,
+  def __init__(self, plan: plan_lib.Plan, step: program.Program,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, training: bool,
-               loss_fn: Optional[executor.MicroLossFn] = None) -> None:
-    self._plan = plan
+               micro_size: int, loss_fn: Optional[executor.MicroLossFn] = None) -> None:
+    if step.emission != program.Emission.LOOP:
+      raise ValueError(f'A loop step runs a program lowered for the loop, not {step.emission}.')
+    self._plan, self._program = plan, step
     self._num_micro = num_micro = len(micro_inputs[0])
     self._num_cells = plan.num_cells
     self._num_replicas = len(micro_inputs)
     self._runners = [list(row) for row in runners[:self._num_replicas]]
     self._thetas = [list(row) for row in thetas[:self._num_replicas]]
     self._micro_size = micro_size
-    self._training, self._loss_fn = training, loss_fn
-    decide = functools.partial(remat.DecideInLoop, plan.policy, plan.remat_last_micro_batch,
-                               num_micro)
-    self._tables = tables = loop_tables.Build(
-        plan.Actions(num_micro), training and loss_fn is not None and decide(kept=True).record,
-        training)
-    self._decisions = [decide(kept=False, split=split) for split in tables.split]
-    self._kept_decision = decide(kept=True, split=tables.split[-1])
+    self._training, self._loss_fn = step.step.training, loss_fn
+    self._tables = tables = loop_tables.Build(step)
+    self._decisions = step.loop_backwards
+    last = self._num_cells - 1
+    self._kept_decision = (step.decisions[(last, min(tables.kept))] if tables.kept
+                           else None)
     self._input_struct = micro_inputs[0][0]
     self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
                             for r, row in enumerate(self._runners)]
     self._out_structs, self._update_structs, loss_spec = loop_probes.Structures(
-        self._runners[0], self._thetas[0], self._input_struct, loss_fn if training else None)
+        self._runners[0], self._thetas[0], self._input_struct, loss_fn if self._training else None)
     out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
-    self._layouts = (self._StartGradients() if training
+    self._layouts = (self._StartGradients() if self._training
                      else [[] for _ in range(self._num_cells)])
     self._specs = loop_state.Specs(
         [loop_arrays.Specs(self._input_struct)] + out_specs[:-1], out_specs,
@@ -383,9 +381,9 @@ class LoopExecutor:
         self._Lane(r, c, 'weight_sums' if self._tables.split[c] else 'factors'),
         self._specs.factors[c], self._num_micro) for c in cells] for r in replicas]
     if self._num_replicas > 1:
-      reduced = [executor.SumCellOverReplicas([grads[r][c] for r in replicas],
-                                              self._plan.replica_devices, c)
-                 for c in reversed(cells)][::-1]
+      reduced = {c: executor.SumCellOverReplicas([grads[r][c] for r in replicas],
+                                                 self._plan.replica_devices, c)
+                 for c in self._program.reduces}
       grads = [[reduced[c][r] for c in cells] for r in replicas]
     first = self._tables.DeviceOf(0)
     input_grads = [loop_results.InputGradients(

@@ -5,8 +5,8 @@ replica), one iteration per action of the device, in the schedule's
 order. An action is a branch index: 1 + KINDS * (the cell's place on its
 device) + its kind: F, X (the input backward, B or I), W, or KEPT: the
 last cell's forward, loss and backward in one branch, for the
-micro-batches that remat keeps (its forward recorded, its backward next
-on its device).
+micro-batches that the program keeps (program.Lower: its forward
+recorded, its backward next on its device).
 
 Between cells, tensors travel through FIFO queues (cell j's outputs to
 cell j+1, cell j+1's input gradients to cell j), so each boundary's
@@ -27,6 +27,7 @@ from typing import Dict, FrozenSet, List, Sequence, Set, Tuple
 
 import numpy as np
 
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
 
@@ -115,29 +116,23 @@ class LoopTables:
     return next(d for d, table in enumerate(self.devices) if cell in table.cells)
 
 
-def Build(schedule: actions.Schedule, keep_last: bool, training: bool = True) -> LoopTables:
-  """The tables of `schedule`; with `keep_last` the last cell's
-  micro-batches whose backward follows their forward on its device run as
-  KEPT. Without `training` (evaluation) only its forwards, which keep
-  nothing for later: every ring is 0 deep.
+def Build(step: program.Program) -> LoopTables:
+  """The tables of a program lowered for the loop: the last cell's
+  micro-batches it keeps (forward recorded, backward next) run as KEPT.
+  An evaluation's runs only its forwards, which keep nothing for later:
+  every ring is 0 deep.
 
   Raises:
     ValueError: where CheckLoops does.
   """
-  if not training:
-    schedule = actions.Schedule.Make(
-        [[a for a in row if a.kind == ActionKind.F] for row in schedule.devices],
-        schedule.cell_devices, schedule.num_micro_batches)
+  schedule, training = step.schedule, step.step.training
   split = CheckLoops(schedule)
   num_cells, num_micro = schedule.num_cells, schedule.num_micro_batches
   last = num_cells - 1
-  kept: Set[int] = set()
-  if keep_last:
-    for row in schedule.devices:
-      for a, b in zip(row, row[1:]):
-        if (a.kind == ActionKind.F and a.cell == last and
-            b.kind in actions.INPUT_BACKWARDS and (b.cell, b.micro) == (last, a.micro)):
-          kept.add(a.micro)
+  kept = {m for c, m in step.kept if c == last}
+  if len(kept) != len(step.kept):
+    raise RuntimeError(f'A loop keeps only the last cell\'s forwards for their backward; the '
+                     f'program keeps {sorted(step.kept)}: a bug in the lowering.')
   devices = [_DeviceTable(schedule, d, frozenset(kept)) for d in range(schedule.num_devices)]
   positions = {key: p for table in devices for key, p in table.positions.items()}
   micro = range(num_micro)

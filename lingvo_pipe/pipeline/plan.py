@@ -3,10 +3,10 @@
 A PipeliningLayer builds one Plan at construction: the number of cells, the
 device of every (replica, cell), the schedule (a ScheduleKind or a text in
 PyTorch's notation, schedule_text), and the remat policy. For a number of
-micro-batches M it gives the schedule's actions (validated), the order in
-which the executor emits them, and the remat.Decision of every (cell,
-micro-batch). The layer, the executor, the planner and the trainer's
-inspection read it; nobody derives these again.
+micro-batches M it gives the schedule's actions (validated), the emission a
+step uses, and the step's Program (program.Lower: what each action keeps,
+recomputes and reduces, in the order emitted). The layer, the executors and
+the trainer's inspection read it; nobody derives these again.
 """
 
 import dataclasses
@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import loop_tables
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import remat
 from lingvo_pipe.pipeline import schedule as clock_tables
 from lingvo_pipe.pipeline import schedule_text
@@ -23,7 +24,6 @@ from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
-from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 ScheduleSpec = Union[ScheduleKind, str]  # a built-in kind, or a text
@@ -86,12 +86,18 @@ class Plan:
     return [[row[self.cell_devices.index(k)].name for k in range(self.num_devices)]
             for row in self.replica_devices]
 
-  def Loops(self, num_micro: int) -> bool:
-    """Whether a step of M=num_micro, training or evaluation, runs as a
-    loop per device in a graph (eagerly never: PipeliningLayer._Executor):
-    M >= loop_min_micro_batches > 0, and M > 1 (with one micro-batch the
-    unrolled step is as small)."""
-    return 0 < self.loop_min_micro_batches <= num_micro and num_micro > 1
+  def Emission(self, num_micro: int) -> program.Emission:
+    """How a step of M=num_micro, training or evaluation, is built in a
+    graph (eagerly always unrolled: PipeliningLayer._Executor)."""
+    return program.EmissionOf(self.loop_min_micro_batches, num_micro)
+
+  def Program(self, num_micro: int, step: program.Step,
+              emission: Optional[program.Emission] = None) -> program.Program:
+    """The step's Program (program.Lower) of this plan's schedule for
+    M=num_micro, its remat policy and replicas; by default in the emission
+    a graph would use (Emission)."""
+    return program.Lower(self.Actions(num_micro), self.policy, self.remat_last_micro_batch,
+                         self.num_replicas, step, emission or self.Emission(num_micro))
 
   def Check(self, num_micro: int) -> None:
     """Raises what a training step of M=num_micro would, before one is
@@ -99,7 +105,7 @@ class Plan:
     of a text (loop_tables.CheckLoops: a boundary whose two cells order
     their micro-batches differently, a cell with both B and I backwards)."""
     schedule = self.Actions(num_micro)
-    if self.Loops(num_micro):
+    if self.Emission(num_micro) == program.Emission.LOOP:
       try:
         loop_tables.CheckLoops(schedule)
       except ValueError as e:
@@ -123,43 +129,6 @@ class Plan:
     """
     return _Actions(self.spec, self.num_devices, self.cells_per_device,
                     self.num_cells, num_micro, self.name)
-
-  def Order(self, num_micro: int) -> Tuple[Action, ...]:
-    """Every action of one replica in the order the executor emits them:
-    by start clock (every action one clock), then device; each device's actions keep
-    their order, and every action comes after the actions it reads. With
-    replicas, each cell's REDUCE (its gradients' all-reduce) right after
-    its last B or W on its device (actions.WithReduce)."""
-    schedule = self.Actions(num_micro)
-    return _Order(actions.WithReduce(schedule) if self.num_replicas > 1 else schedule)
-
-  def Decisions(self, num_micro: int) -> Dict[Tuple[int, int], remat.Decision]:
-    """remat.Decide for every (cell, micro-batch): a forward that its own
-    backward follows next on its device is the one PER_CELL keeps; a
-    backward split into I and W defers every projection's weight gradient
-    to its W (where the decision defers at all)."""
-    schedule = self.Actions(num_micro)
-    decisions = {}
-    for row in schedule.devices:
-      for a, after in zip(row, list(row[1:]) + [None]):
-        if a.kind != ActionKind.F:
-          continue
-        follows = (after is not None and after.kind in actions.INPUT_BACKWARDS
-                   and (after.cell, after.micro) == (a.cell, a.micro))
-        split = schedule.InputBackward(a.cell, a.micro).kind == ActionKind.I
-        decisions[(a.cell, a.micro)] = remat.Decide(
-            self.policy, self.remat_last_micro_batch, a.micro, num_micro,
-            backward_follows=follows, split=split)
-    return decisions
-
-  def ForwardsFirst(self, num_micro: int) -> bool:
-    """Whether every device runs all its forwards before any backward, so
-    the loss can be taken outside the pipeline (FProp's training)."""
-    for row in self.Actions(num_micro).devices:
-      kinds = [a.kind == ActionKind.F for a in row]
-      if False in kinds and True in kinds[kinds.index(False):]:
-        return False
-    return True
 
 
 def FromParams(p: Any, num_cells: int,
@@ -285,11 +254,3 @@ def _Actions(spec: ScheduleSpec, num_devices: int, cells_per_device: int,
   except ValueError as e:
     raise ValueError(f'PipeliningLayer {name!r}: the schedule cannot run: {e}') from None
   return schedule
-
-
-@functools.lru_cache(maxsize=64)
-def _Order(schedule: actions.Schedule) -> Tuple[Action, ...]:
-  timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
-  timed = sorted((t for row in timeline for t in row),
-                 key=lambda t: (t.start, t.device))
-  return tuple(t.action for t in timed)

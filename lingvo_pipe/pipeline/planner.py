@@ -42,18 +42,23 @@ It errs safe: act_bytes counts every tensor a forward produces, and
 TensorFlow keeps fewer (docs/benchmarks/profiles.md compares it with
 measured peaks).
 
+Both models read the step's program (program.Lower, for the emission the
+pipeline would use at M: a loop per device from loop_min_micro_batches):
+a cell whose forwards the program does not all keep (PER_CELL, PER_LAYER,
+and NONE in a loop, which recomputes) is counted as under PER_CELL, and
+weight-gradient inputs are held only where its backwards split.
+
 Step-time model, in forward FLOPs: the simulator runs the schedule's
 actions, each costing its cell's forward FLOPs at n times: F 1; B 2, plus
-the recomputation of a micro-batch whose activations remat.Decide does not
-record (PER_CELL 1, PER_LAYER 2; under PER_CELL it records those
-schedule.KeptForwards names, unless remat_last_micro_batch); where the
-decision splits a backward (zero-bubble schedules) I 1 plus that
-recomputation and W 1, else I is the whole B and W nothing. The bubble is
-schedule.Bubble: the idle share with F = I = W, as the profile shows it.
+the recomputation of a micro-batch the program does not keep (the whole
+cell 1, PER_LAYER 2); where the program splits a backward (zero-bubble
+schedules) I 1 plus that recomputation and W 1, else I is the whole B and
+W nothing. The bubble is schedule.Bubble: the idle share with F = I = W,
+as the profile shows it.
 """
 
 import dataclasses
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -61,16 +66,11 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import micro_batch
 from lingvo_pipe.pipeline import partition
-from lingvo_pipe.pipeline import remat as remat_lib
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.remat import RematPolicy
-from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
-
-_RECOMPUTE = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1,
-              RematPolicy.PER_LAYER: 2}
-
 
 @dataclasses.dataclass
 class PlanRow:
@@ -91,6 +91,8 @@ class PlanRow:
     fits: max(peak_bytes) <= the budget; set by Plan.
     schedule_kind: the ScheduleKind.
     cells_per_device: v (the interleaved schedule's); num_cells is K*v.
+    emission: how the step is built (a loop per device from
+      loop_min_micro_batches).
   """
   num_cells: int
   num_micro_batches: int
@@ -106,6 +108,7 @@ class PlanRow:
   fits: bool = False
   schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE
   cells_per_device: int = 1
+  emission: program.Emission = program.Emission.UNROLLED
 
   @property
   def num_devices(self) -> int:
@@ -150,8 +153,7 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
   """act(k) of the module docstring, with `in_flight` micro-batches kept
   and the weight-gradient inputs of `weight_inputs` ones."""
   big = max(l.micro.act_bytes for l in cell)
-  deferred = 0 if remat == RematPolicy.PER_LAYER or num_micro == 1 else weight_inputs
-  held = deferred * sum(l.micro.act_bytes for l in cell)
+  held = weight_inputs * sum(l.micro.act_bytes for l in cell)
 
   def Kept(full: int, micro: int) -> int:
     return full if in_flight >= num_micro else in_flight * micro
@@ -164,30 +166,32 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
   return stash + sum(l.micro_in_bytes for l in cell) + 2 * big
 
 
-def _StepFlops(schedule_actions: actions.Schedule, cell_flops: Sequence[int],
-               remat: RematPolicy, remat_last_micro_batch: bool, num_micro: int,
-               kept: Set[Tuple[int, int]]) -> float:
+def _StepFlops(step: program.Program, cell_flops: Sequence[int]) -> float:
   """The step-time model of the module docstring: the simulated step time."""
   per_action = {}
-  for row in schedule_actions.devices:
-    for a in row:
-      if a.kind == Kind.REDUCE:
-        per_action[a] = 0.0
-        continue
-      flops = float(cell_flops[a.cell])
-      if a.kind == Kind.F:
-        per_action[a] = flops
-        continue
-      decision = remat_lib.Decide(remat, remat_last_micro_batch, a.micro, num_micro,
-                                  (a.cell, a.micro) in kept, split=a.kind != Kind.B)
-      recompute = 0 if decision.record else _RECOMPUTE[remat]
-      if a.kind == Kind.W:
-        per_action[a] = flops if decision.split else 0.0
-      elif a.kind == Kind.I and decision.split:
-        per_action[a] = (1 + recompute) * flops
-      else:
-        per_action[a] = (2 + recompute) * flops
-  return simulate.Simulate(schedule_actions, simulate.Costs(per_action=per_action)).step_time
+  for _, _, a in step.schedule.Positions():
+    flops = float(cell_flops[a.cell])
+    if a.kind == Kind.F:
+      per_action[a] = flops
+      continue
+    split = step.decisions[(a.cell, a.micro)].split
+    recompute = step.RecomputeUnits(a.cell, a.micro)
+    if a.kind == Kind.W:
+      per_action[a] = flops if split else 0.0
+    elif a.kind == Kind.I and split:
+      per_action[a] = (1 + recompute) * flops
+    else:
+      per_action[a] = (2 + recompute) * flops
+  return simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
+
+
+def _CellPolicy(step: program.Program, cell: int) -> RematPolicy:
+  """The policy whose memory model the cell's forwards follow: NONE only
+  where the program keeps every one of them."""
+  if step.policy != RematPolicy.NONE:
+    return step.policy
+  keeps_all = all(step.decisions[(c, m)].record for c, m in step.decisions if c == cell)
+  return RematPolicy.NONE if keeps_all else RematPolicy.PER_CELL
 
 
 def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:
@@ -202,7 +206,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              remat_last_micro_batch: bool = False,
              broadcast_inputs: Sequence[Any] = (),
              schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE,
-             cells_per_device: int = 1) -> PlanRow:
+             cells_per_device: int = 1, loop_min_micro_batches: int = 0) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -222,6 +226,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     schedule_kind: PipeliningLayer's p.schedule.
     cells_per_device: PipeliningLayer's p.cells_per_device, v: num_cells
       cells on num_cells / v devices.
+    loop_min_micro_batches: from which M the step is a loop per device
+      (plan.LoopFromM's figure; 0: never).
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -249,6 +255,9 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   num_devices = num_cells // cells_per_device
   schedule_actions = schedule.Actions(schedule_kind, num_devices, num_micro_batches,
                                       cells_per_device)
+  emission = program.EmissionOf(loop_min_micro_batches, num_micro_batches)
+  step = program.Lower(schedule_actions, remat, remat_last_micro_batch, 1,
+                       program.Step.LOSS_INSIDE, emission)
   peaks = simulate.Simulate(schedule_actions, simulate.UNIT_COSTS).CellPeaks(num_cells)
   placement = [sorted({a.cell for a in row}) for row in schedule_actions.devices]
   splits = partition.BalancedSplits(
@@ -260,16 +269,15 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   cells = partition.SplitLayers(profile, splits)
   params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells], placement)
   state = [(1 + optimizer_slots) * b for b in params]
-  act = _PerDevice([_CellActBytes(c, remat, f, num_micro_batches, w)
-                    for c, (f, w) in zip(cells, peaks)], placement)
+  act = _PerDevice([_CellActBytes(c, _CellPolicy(step, k), f, num_micro_batches,
+                                  w if step.Splits(k) else 0)
+                    for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)
   peak = [p + s + a for p, s, a in zip(params, state, act)]
-  step_flops = _StepFlops(schedule_actions, [sum(l.micro.flops for l in c) for c in cells],
-                          remat, remat_last_micro_batch, num_micro_batches,
-                          schedule.KeptForwards(schedule_actions))
+  step_flops = _StepFlops(step, [sum(l.micro.flops for l in c) for c in cells])
   return PlanRow(
       num_cells, num_micro_batches, remat, params, state, act, peak, sum(peak),
       sum(params) + sum(state) + max(act), schedule.Bubble(schedule_actions), step_flops,
-      schedule_kind=schedule_kind, cells_per_device=cells_per_device)
+      schedule_kind=schedule_kind, cells_per_device=cells_per_device, emission=emission)
 
 
 def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
@@ -281,7 +289,9 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
          remat_last_micro_batch: bool = False,
          broadcast_inputs: Sequence[Any] = (),
          schedules: Iterable[Tuple[schedule.ScheduleKind, int]] = (
-             (schedule.ScheduleKind.GPIPE, 1),)) -> List[PlanRow]:
+             (schedule.ScheduleKind.GPIPE, 1),),
+         loop_from: Optional[Callable[[schedule.ScheduleKind, RematPolicy], int]] = None
+         ) -> List[PlanRow]:
   """Estimates every possible candidate and marks those within the budget.
 
   Combinations with more cells than layers, with M not dividing the batch
@@ -293,6 +303,9 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     cells: candidate K, devices (each with v cells under the interleaved
       schedule).
     schedules: candidate (ScheduleKind, cells_per_device v) pairs.
+    loop_from: (schedule, remat) -> Estimate's loop_min_micro_batches, as
+      the pipeline's params would resolve it (plan.LoopFromM); None: never
+      a loop.
 
   Returns:
     The rows in the order of cells, micro_batches, schedules, remats.
@@ -320,7 +333,7 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
         for remat in remats:
           row = Estimate(layers, input_shapes, k * v, m, remat, optimizer_slots,
                          batch_dim, cost, remat_last_micro_batch, broadcast_inputs,
-                         kind, v)
+                         kind, v, loop_from(kind, remat) if loop_from else 0)
           row.fits = row.max_peak_bytes <= budget_bytes
           rows.append(row)
   return rows

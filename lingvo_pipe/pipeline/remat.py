@@ -1,24 +1,21 @@
 """What rematerialization means: one table of per-micro-batch decisions.
 
-The pipeline (gpipe), the cell runner and the planner all read `Decide`,
-the loop executor `DecideInLoop`, so that what a policy keeps,
-recomputes, inlines and defers is stated once:
+`Decide` states what a policy keeps, recomputes, inlines and defers for one
+micro-batch; program.Lower, the one lowering, applies it to a schedule for
+each emission (a loop step recomputes more: see program.py):
 
   policy     micro-batch m of M           record inline per_layer defer
   NONE       every m                      yes    yes    no        M > 1, split
   PER_CELL   m not kept, or remat_last    no     no     no        M > 1
   PER_CELL   m kept, not remat_last       yes    yes    no        M > 1
   PER_LAYER  every m                      no     no     yes       no
-  in a loop step (DecideInLoop), per_layer under PER_LAYER, defer under PER_CELL:
-  any        m kept (the last cell's)     as its policy's row, m kept
-  any        every other m                no     no     PER_LAYER PER_CELL
 
 A backward that the schedule splits into I and W (`split`) is split
 where the decision defers: with M > 1 under PER_CELL and NONE.
 
 Under PER_CELL the kept micro-batch is the one whose backward the cell
 runs right after its forward: m == M - 1 in fill-drain; in 1F1B every
-micro-batch of the last cell (plan.Decisions).
+micro-batch of the last cell (program.Lower).
 
 A recorded forward keeps its activations on a tape for its backward;
 the others keep only the cell's inputs and their backward recomputes the
@@ -91,7 +88,7 @@ def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
   backward, the micro-batch that PER_CELL keeps unless
   remat_last_micro_batch (the table's 'm == M - 1'). None: fill-drain's
   answer, micro_batch == num_micro_batches - 1; other schedules
-  (plan.Decisions) say which. `split`: whether the schedule splits this
+  (program.Lower) say which. `split`: whether the schedule splits this
   micro-batch's backward into I and W (the Decision's split where it
   defers).
 
@@ -118,23 +115,3 @@ def Decide(policy: RematPolicy, remat_last_micro_batch: bool,
       inline=record,
       per_layer=policy == RematPolicy.PER_LAYER,
       defer=defer, split=split and defer)
-
-
-def DecideInLoop(policy: RematPolicy, remat_last_micro_batch: bool, num_micro_batches: int,
-                 kept: bool, split: bool = False) -> Decision:
-  """The Decision of a micro-batch in a loop step (loop_executor): one
-  traced function per cell runs all its micro-batches, and no tape
-  crosses the loop's iterations. A `kept` micro-batch (the last cell's,
-  its backward in the same iteration as its forward) is Decide's for a
-  micro-batch its backward follows; every other records nothing and its
-  backward recomputes the cell, under NONE too (which so keeps less than
-  the table's NONE row), and it defers only under PER_CELL. `split`: the
-  schedule splits the cell's backwards into I and W, which they are
-  where the decision defers."""
-  if kept:
-    decision = Decide(policy, remat_last_micro_batch, 0, num_micro_batches,
-                      backward_follows=True)
-  else:
-    decision = Decision(record=False, inline=False, per_layer=policy == RematPolicy.PER_LAYER,
-                        defer=policy == RematPolicy.PER_CELL)
-  return dataclasses.replace(decision, split=decision.defer and split)

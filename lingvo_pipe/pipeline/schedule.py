@@ -49,7 +49,7 @@ after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 
 import dataclasses
 import enum
-from typing import List, Sequence, Set, Tuple
+from typing import List, Sequence
 
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedules import actions
@@ -158,19 +158,3 @@ def Bubble(schedule: actions.Schedule) -> float:
   show for every schedule. (K-1)/(M+K-1) for fill-drain and 1F1B,
   (K-1)/(vM+K-1) for interleaved, about a third of 1F1B's for ZB-H1."""
   return simulate.Simulate(schedule, EQUAL_COSTS).bubble_fraction
-
-
-def KeptForwards(schedule: actions.Schedule) -> Set[Tuple[int, int]]:
-  """(cell, micro-batch) of every forward that its own backward (B or I)
-  follows next among its device's forwards and backwards: under per-cell
-  remat these keep their activations (remat.Decide), since recomputing
-  would restore them at once."""
-  kept = set()
-  for row in schedule.devices:
-    order = [a for a in row if a.kind in (actions.ActionKind.F, actions.ActionKind.B,
-                                          actions.ActionKind.I)]
-    for a, b in zip(order, order[1:]):
-      if (a.kind == actions.ActionKind.F and b.kind != actions.ActionKind.F and
-          (a.cell, a.micro) == (b.cell, b.micro)):
-        kept.add((a.cell, a.micro))
-  return kept

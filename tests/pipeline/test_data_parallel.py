@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import step_seeds
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import scope_names
 from lingvo_pipe.pipeline import replica_variables
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
@@ -147,12 +148,12 @@ def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
 
 @pytest.mark.parametrize('kind', [ScheduleKind.ZB_V, ScheduleKind.INTERLEAVED])
 def test_each_cell_reduces_right_after_its_last_weight_gradient(kind):
-  """With replicas the plan's order has one REDUCE per cell, right after
+  """With replicas the unrolled program's order has one REDUCE per cell, right after
   the cell's last B or W on its device, where its all-reduce is emitted
   (also when the device's other cell still has backwards to run); one
   replica has none."""
   pipe, _ = _Pipeline(kind, 2, 4, 0)
-  order = pipe.plan.Order(4)
+  order = pipe.plan.Program(4, program.Step.LOSS_INSIDE).order
   devices = pipe.plan.cell_devices
   for c in range(pipe.num_cells):
     (at,) = [i for i, a in enumerate(order) if a.kind == ActionKind.REDUCE and a.cell == c]
@@ -163,7 +164,8 @@ def test_each_cell_reduces_right_after_its_last_weight_gradient(kind):
     assert not [i for i in on_device if last < i < at], (c, order)
   assert len([a for a in order if a.kind == ActionKind.REDUCE]) == pipe.num_cells
   one, _ = _Pipeline(kind, 1, 8, 0)
-  assert not [a for a in one.plan.Order(8) if a.kind == ActionKind.REDUCE]
+  assert not [a for a in one.plan.Program(8, program.Step.LOSS_INSIDE).order
+              if a.kind == ActionKind.REDUCE]
 
 
 @pytest.mark.parametrize('kind', [ScheduleKind.ONE_F_ONE_B, ScheduleKind.ZB_V])

@@ -11,6 +11,7 @@ from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import schedule_text
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.remat import RematPolicy
@@ -174,18 +175,27 @@ def test_each_device_loop_runs_on_its_device(replicas):
   assert devices == {str(i) for i in range(2 * replicas)}, devices
 
 
+def _Tables(schedule, keep_last):
+  """The loop tables of a per-cell remat step of `schedule`: with
+  keep_last the loss inside (the last cell's kept forwards run as KEPT),
+  else outside (nothing kept)."""
+  step = program.Step.LOSS_INSIDE if keep_last else program.Step.LOSS_OUTSIDE
+  return loop_tables.Build(program.Lower(schedule, RematPolicy.PER_CELL, False, 1, step,
+                                         program.Emission.LOOP))
+
+
 def test_one_f_one_b_rings_hold_the_micro_batches_in_flight():
   """1F1B K=4 M=16: each cell's ring of inputs (from its forward to its
   backward's recomputation) holds at most K micro-batches (the ones in
   flight), not M, whether the last cell's backwards run with their
   forwards (per-cell remat) or later; fill-drain's need all M."""
   one_f = built_in.Build(ONE_F, 4, 16)
-  kept = loop_tables.Build(one_f, keep_last=True)
+  kept = _Tables(one_f, keep_last=True)
   assert kept.kept == frozenset(range(16))
-  for tables in (loop_tables.Build(one_f, keep_last=False), kept):
+  for tables in (_Tables(one_f, keep_last=False), kept):
     assert all(1 <= s <= 4 for s in tables.input_rings[1:]), tables.input_rings
     assert tables.loss_gradients == 1
-  fill_drain = loop_tables.Build(built_in.Build(ScheduleKind.GPIPE, 4, 16), False)
+  fill_drain = _Tables(built_in.Build(ScheduleKind.GPIPE, 4, 16), False)
   assert fill_drain.input_rings[1:] == [16] * 3, fill_drain.input_rings
 
 
@@ -193,9 +203,9 @@ def test_a_split_cell_s_factors_wait_for_their_w_in_a_ring():
   """K=4 M=16: an I's factors are held until its W, in a ring as deep as
   the I's whose W has not run (ZB-H1: cell k's W's trail its I's by k+1,
   not M); a B's factors, all M, wait for the products after the loop."""
-  zb_h1 = loop_tables.Build(built_in.Build(ScheduleKind.ZB_H1, 4, 16), False)
+  zb_h1 = _Tables(built_in.Build(ScheduleKind.ZB_H1, 4, 16), False)
   assert zb_h1.factor_rings == [1, 2, 3, 4], zb_h1.factor_rings
-  one_f = loop_tables.Build(built_in.Build(ONE_F, 4, 16), False)
+  one_f = _Tables(built_in.Build(ONE_F, 4, 16), False)
   assert one_f.factor_rings == [16] * 4, one_f.factor_rings
 
 
@@ -205,7 +215,7 @@ def test_each_device_runs_its_actions_in_the_schedule_s_order(kind):
   """A device's table is its row of the schedule, one branch per action,
   but a kept micro-batch's backward, which its forward's branch runs."""
   schedule = built_in.Build(kind, 2, 8, 2 if kind == ScheduleKind.INTERLEAVED else None)
-  tables = loop_tables.Build(schedule, keep_last=True)
+  tables = _Tables(schedule, keep_last=True)
   last = schedule.num_cells - 1
   kinds = {ActionKind.F: loop_tables.F, ActionKind.B: loop_tables.X,
            ActionKind.I: loop_tables.X, ActionKind.W: loop_tables.W}
@@ -229,7 +239,7 @@ def test_a_boundary_whose_cells_differ_in_micro_batch_order_is_refused():
   schedule = schedule_text.Parse(text)
   with pytest.raises(ValueError, match=r'Cells 0 and 1 run their forwards in different '
                      r'micro-batch orders \(\[0, 1\] and \[1, 0\]\)'):
-    loop_tables.Build(schedule, keep_last=False)
+    _Tables(schedule, keep_last=False)
 
 
 def test_a_text_the_loop_refuses_fails_at_build_naming_the_pipeline():

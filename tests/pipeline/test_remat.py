@@ -74,37 +74,6 @@ def test_a_split_backward_defers_everything_with_several_micro_batches_but_per_l
       record, inline, per_layer, defer or splits, splits)
 
 
-# In a loop step, (policy, remat_last_micro_batch, kept, split): (record,
-# inline, per_layer, defer, split) at M=4.
-_LOOP_TABLE = {
-    (NONE, F, T, F): (T, T, F, F, F),
-    (NONE, F, T, T): (T, T, F, F, F),
-    (NONE, T, T, F): (T, T, F, F, F),
-    (NONE, F, F, F): (F, F, F, F, F),
-    (NONE, F, F, T): (F, F, F, F, F),
-    (PER_CELL, F, T, F): (T, T, F, T, F),
-    (PER_CELL, F, T, T): (T, T, F, T, T),
-    (PER_CELL, T, T, F): (F, F, F, T, F),
-    (PER_CELL, T, T, T): (F, F, F, T, T),
-    (PER_CELL, F, F, F): (F, F, F, T, F),
-    (PER_CELL, F, F, T): (F, F, F, T, T),
-    (PER_LAYER, F, T, T): (F, F, T, F, F),
-    (PER_LAYER, F, F, F): (F, F, T, F, F),
-    (PER_LAYER, F, F, T): (F, F, T, F, F),
-}
-
-
-@pytest.mark.parametrize('case', list(_LOOP_TABLE))
-def test_decide_in_loop_recomputes_all_but_the_kept_micro_batches(case):
-  """A loop keeps no tape across iterations: under NONE too, every
-  micro-batch but the last cell's kept ones is recomputed, and defers
-  (and splits) only under PER_CELL; the kept ones are Decide's for a
-  micro-batch its backward follows."""
-  policy, last, kept, split = case
-  decision = remat.DecideInLoop(policy, last, 4, kept=kept, split=split)
-  assert dataclasses.astuple(decision) == _LOOP_TABLE[case]
-
-
 def test_bad_arguments():
   with pytest.raises(TypeError, match="policy must be a RematPolicy, got 'none'"):
     remat.Decide('none', False, 0, 1)

@@ -107,15 +107,6 @@ def test_bad_shapes_raise(kind, k, m, v, match):
     schedule.Tasks(kind, k, m, v)
 
 
-def test_kept_forwards_are_those_their_backward_follows():
-  """Fill-drain: each cell's last micro-batch; 1F1B: every micro-batch of
-  the last cell, and none of the others (K=3, M=4 tables above)."""
-  assert schedule.KeptForwards(schedule.Actions(KIND.GPIPE, 3, 4)) == {
-      (0, 3), (1, 3), (2, 3)}
-  assert schedule.KeptForwards(schedule.Actions(KIND.ONE_F_ONE_B, 3, 4)) == {
-      (2, 0), (2, 1), (2, 2), (2, 3)}
-
-
 @pytest.mark.parametrize('k,m', [(2, 4), (4, 8), (4, 4)])
 def test_zb_h1_bubble_is_a_third_of_one_f_one_bs(k, m):
   """With F = I = W each device of ZB-H1 idles K-1 units of a step of

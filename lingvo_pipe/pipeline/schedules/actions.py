@@ -223,24 +223,3 @@ def WithReduce(schedule: Schedule) -> Schedule:
         new_row.append(Reduce(a.cell))
     rows.append(new_row)
   return Schedule.Make(rows, schedule.cell_devices, schedule.num_micro_batches)
-
-
-def WeightRuns(schedule: Schedule) -> Dict[Tuple[int, int], Tuple[int, ...]]:
-  """Per (cell, micro-batch) of a W, the micro-batches whose weight
-  gradients it computes: a run of W's of one cell next to each other on a
-  device is one product of their factors (one addition into each weight's
-  accumulator instead of one per W), which the run's first W computes,
-  the others none. Every I of a run comes before its first W."""
-  runs: Dict[Tuple[int, int], Tuple[int, ...]] = {}
-  for row in schedule.devices:
-    start = None
-    for a in row:
-      if a.kind != ActionKind.W:
-        start = None
-      elif start is not None and start.cell == a.cell:
-        runs[(start.cell, start.micro)] += (a.micro,)
-        runs[(a.cell, a.micro)] = ()
-      else:
-        start = a
-        runs[(a.cell, a.micro)] = (a.micro,)
-  return runs

@@ -1,5 +1,4 @@
-"""The Action type, Schedule.Make's defaults, the dependency rule, WithReduce
-and WeightRuns."""
+"""The Action type, Schedule.Make's defaults, the dependency rule and WithReduce."""
 
 import pytest
 
@@ -66,17 +65,6 @@ def test_with_reduce_follows_each_cells_last_weight_gradient():
   assert [[str(a) for a in row] for row in actions.WithReduce(s).devices] == [
       ['0F0', '2F0', '2I0', '2W0', '2REDUCE_GRAD', '0I0', '0W0', '0REDUCE_GRAD'],
       ['1F0', '1B0', '1REDUCE_GRAD']]
-
-
-def test_weight_runs_group_a_cells_adjacent_ws_on_a_device():
-  """Runs end at another kind or another cell's W: device 0 runs 0W0 and
-  0W1 as one product, then 2W0 and 2W1, then 0W2 alone."""
-  s = actions.Schedule.Make(
-      [[F(0, m) for m in range(3)] + [I(0, 0), I(0, 1), W(0, 0), W(0, 1)] +
-       [F(2, 0), F(2, 1), I(2, 0), I(2, 1), W(2, 0), W(2, 1), I(0, 2), W(0, 2)],
-       [F(1, m) for m in range(3)] + [B(1, m) for m in range(3)]])
-  assert actions.WeightRuns(s) == {(0, 0): (0, 1), (0, 1): (), (2, 0): (0, 1), (2, 1): (),
-                                   (0, 2): (2,)}
 
 
 def test_check_sizes():
