@@ -8,6 +8,7 @@ from lingvo_pipe.pipeline.remat import RematPolicy
 from lingvo_pipe.pipeline import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline import simulate
 from lingvo_pipe.pipeline.schedule import ScheduleKind
@@ -288,3 +289,27 @@ def test_zero_bubble_memory_counts_the_weight_gradient_inputs_held(remat):
   else:  # the inputs of the activations in flight alone (5, 3, 1), as by hand
     mb = n // m
     assert row.act_bytes == [f * _In(d, mb) + _In(d, mb) + 2 * big for f in (5, 3, 1)]
+
+
+def test_a_loop_is_priced_as_the_program_it_runs():
+  """A loop step (from loop_min_micro_batches) recomputes every forward
+  but the last cell's kept ones, under NONE too: fill-drain K=2, M=4
+  under NONE is then priced as PER_CELL's memory, and its time as the
+  recomputations' (by hand, in forwards of a cell: unrolled, 4 F's and
+  4 B's of 2 on the critical path, 15 with the fill; in the loop cell 1
+  runs B3 in 2 and the others in 3, 5 to 16, cell 0's B3 (recomputed
+  now, which unrolled PER_CELL keeps) 7 to 10 while cell 1 runs its B2,
+  then B2, B1, B0 to 19, as unrolled PER_CELL); from
+  M=loop_min_micro_batches only."""
+  stack, shape = _Stack([8] * 5), [[8, 8]]
+  unrolled = planner.Estimate(stack, shape, 2, 4, RematPolicy.NONE)
+  loop = planner.Estimate(stack, shape, 2, 4, RematPolicy.NONE, loop_min_micro_batches=4)
+  per_cell = planner.Estimate(stack, shape, 2, 4, RematPolicy.PER_CELL)
+  assert (unrolled.emission, loop.emission) == (program.Emission.UNROLLED,
+                                                program.Emission.LOOP)
+  assert loop.act_bytes == per_cell.act_bytes < unrolled.act_bytes
+  forward = 2 * _Flops(8, 8, 2)  # a cell of two layers, one micro-batch
+  assert unrolled.relative_step_time == 3 * forward * 5
+  assert loop.relative_step_time == per_cell.relative_step_time == 19 * forward
+  assert planner.Estimate(stack, shape, 2, 4, RematPolicy.NONE,
+                          loop_min_micro_batches=8).emission == program.Emission.UNROLLED
