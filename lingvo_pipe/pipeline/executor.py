@@ -1,10 +1,11 @@
 """One executor: runs a plan's actions (F, B, I, W) over every replica, unrolled.
 
-The executor runs a Program (program.Lower) in its order: every action of
-every replica, each device's in its schedule's order (each waits for its
-device's previous action through control dependencies on the cell's call),
-so a cell keeps only the micro-batches its schedule has in flight. Replicas are an axis:
-replica r runs the same actions on its own devices (plan.replica_devices)
+The executor runs a Program (program.Lower) in its order, as a
+step_runner.StepRunner: every action of every replica, each device's in
+its schedule's order (each waits for its device's previous action through
+control dependencies on the cell's call), so a cell keeps only the
+micro-batches its schedule has in flight. Replicas are an axis: replica r
+runs the same actions on its own devices (plan.replica_devices)
 on its slice of the batch; micro-batch m of replica r is micro-batch
 r*M + m of the whole batch (its dropout masks too).
 
@@ -34,47 +35,19 @@ devices, where the model's variables live (Result).
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.core import precision
-from lingvo_pipe.core import step_seeds
-from lingvo_pipe.pipeline import all_reduce
 from lingvo_pipe.pipeline import cell_gradients
 from lingvo_pipe.pipeline import cell_runner
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import remat
-from lingvo_pipe.pipeline.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline import step_runner
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
-
-# The per-micro-batch loss: (the last cell's outputs of micro-batch m of
-# replica r (a tensor, or a tuple for several), r, m) -> a scalar; m is a
-# Python int or, in a loop, a scalar tensor. The step's loss is the sum.
-MicroLossFn = Callable[[Any, int, Any], tf.Tensor]
-
-@dataclasses.dataclass
-class StepResult:
-  """What a step produced, its replicas added.
-
-  Attributes:
-    loss: the sum of the micro-batch losses (None without a loss function).
-    last_outputs: per replica, per micro-batch the last cell's outputs.
-    input_grads: per replica, per micro-batch the gradients of the flat
-      pipeline inputs (None where not floating point).
-    theta_grads: [replica][cell] the gradients of the cell's flat theta
-      summed over micro-batches and replicas, on the replica's device.
-    updates: per cell, its additive statistics summed likewise.
-  """
-  loss: Optional[tf.Tensor]
-  last_outputs: List[List[tuple]]
-  input_grads: List[List[List[Any]]]
-  theta_grads: List[List[List[Any]]]
-  updates: List[NestedMap]
-
 
 @dataclasses.dataclass
 class _Forward:
@@ -84,59 +57,6 @@ class _Forward:
   outputs: tuple
   decision: Optional[remat.Decision]
   recording: Optional[cell_runner.Recording]
-
-
-def MicroTheta(theta: NestedMap, first_example: Any) -> NestedMap:
-  """Cell theta for the micro-batch whose first example has index
-  `first_example` in the global batch: step seeds [s0, first_example]
-  (step_seeds.WithStepSeed).
-
-  The seed passes through PlaceholderWithDefault, which Grappler never
-  folds: from a constant step seed (none set, or Python numbers) each
-  call of a cell would get a constant of its own, and Grappler
-  specializes a called function for each distinct constant input, K*M
-  copies of the cells' functions, which doubles the first step
-  (docs/benchmarks/profiles.md, 'Figures behind the code').
-  """
-  seed = MicroSeed(theta, first_example)
-  if seed is None:
-    return theta
-  return step_seeds.WithStepSeed(
-      theta, tf.raw_ops.PlaceholderWithDefault(input=seed, shape=[2]))
-
-
-def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
-  """The step seed [s0, first_example] of a micro-batch whose first example
-  has index `first_example` in the global batch (step_seeds.WithStepSeed);
-  None if no layer of theta uses a step seed."""
-  seeds = [v for k, v in theta.FlattenItems()
-           if k.split('.')[-1] == step_seeds.KEY]
-  if not seeds:
-    return None
-  return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])
-
-
-def LossAndOutputGrads(loss_fn: MicroLossFn, outputs: tuple, r: int, m: Any
-                       ) -> Tuple[tf.Tensor, List[Any]]:
-  """Micro-batch m of replica r's loss and its gradient of each flat output (zeros for
-  outputs it does not use or that are not floating point), the gradient
-  of the loss times precision.LossScale() under loss scaling (so the
-  backwards that start from it are scaled: train_step.LossInside
-  divides it out again)."""
-  flat = tf.nest.flatten(outputs)
-  diff = [x for x in flat if IsDifferentiable(x)]
-  scale = precision.LossScale()
-  with tf.GradientTape(watch_accessed_variables=False) as tape:
-    tape.watch(diff)
-    loss = loss_fn(containers.UnwrapSingle(outputs), r, m)
-    if not (isinstance(loss, tf.Tensor) and loss.shape.rank == 0):
-      raise ValueError(f'The per-micro-batch loss function must return a '
-                       f'scalar tensor; it returned {loss!r}.')
-    objective = loss if scale is None else loss * tf.cast(scale, loss.dtype)
-  grads = iter(tape.gradient(objective, diff,
-                             unconnected_gradients=tf.UnconnectedGradients.ZERO))
-  return loss, [next(grads) if IsDifferentiable(x) else tf.zeros_like(x)
-                for x in flat]
 
 
 class Executor:
@@ -157,7 +77,7 @@ class Executor:
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, loss_fn: Optional[MicroLossFn] = None) -> None:
+               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn] = None) -> None:
     self._plan = plan
     self._runners = runners
     self._num_micro = len(micro_inputs[0])
@@ -190,7 +110,7 @@ class Executor:
     self._Emit([a for a in self._order if a.kind == ActionKind.F])
     return self.last_outputs
 
-  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> StepResult:
+  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> step_runner.StepResult:
     """Runs every action but the F's, in order, from [replica][micro-batch]
     the gradients of the last cell's flat outputs: the StepResult."""
     last = self._plan.num_cells - 1
@@ -201,14 +121,14 @@ class Executor:
     self._Emit([a for a in self._order if a.kind != ActionKind.F])
     return self._Result()
 
-  def Run(self) -> StepResult:
+  def Run(self) -> step_runner.StepResult:
     """Runs every action, in order (the loss inside the pipeline): the
     StepResult."""
     self._StartBackwards()
     self._Emit(self._order)
     return self._Result()
 
-  def _Result(self) -> StepResult:
+  def _Result(self) -> step_runner.StepResult:
     """The step's results, replicas added (at their REDUCE)."""
     plan = self._plan
     if plan.num_replicas > 1:
@@ -218,7 +138,7 @@ class Executor:
       # After the device's last action: a device whose cells end at
       # different times runs its remaining backwards first.
       grads = [[self._StepGradients(0, c) for c in range(plan.num_cells)]]
-    return StepResult(self.Loss(), self.last_outputs, self.input_grads, grads,
+    return step_runner.StepResult(self.Loss(), self.last_outputs, self.input_grads, grads,
                       self.Updates())
 
   def _StepGradients(self, r: int, c: int) -> List[Any]:
@@ -244,9 +164,9 @@ class Executor:
         summed = []
         for c, device in enumerate(row):
           with tf.device(device.name):
-            summed.append(AddN(self._updates[r][c]))
+            summed.append(step_runner.AddN(self._updates[r][c]))
         per_replica.append(summed)
-      self._summed_updates = SumUpdatesOverReplicas(per_replica, self._plan.devices)
+      self._summed_updates = step_runner.SumUpdatesOverReplicas(per_replica, self._plan.devices)
     return self._summed_updates
 
   # --- actions ---------------------------------------------------------------
@@ -260,7 +180,7 @@ class Executor:
     for action in order:
       if action.kind == ActionKind.REDUCE:
         c = action.cell
-        self._reduced[c] = SumCellOverReplicas(
+        self._reduced[c] = step_runner.SumCellOverReplicas(
             [self._StepGradients(r, c) for r in range(self._plan.num_replicas)],
             self._plan.replica_devices, c)
         continue
@@ -290,7 +210,7 @@ class Executor:
     runner = self._runners[r][c]
     x = self._micro_inputs[r][m] if c == 0 else self._forwards[(r, c - 1, m)].outputs
     with tf.device(runner.device):
-      theta = MicroTheta(self._thetas[r][c],
+      theta = step_runner.MicroTheta(self._thetas[r][c],
                          (r * self._num_micro + m) * self._micro_size)
     decision = self._decisions.get((c, m))
     with self._After(r, c):
@@ -307,7 +227,7 @@ class Executor:
       if not self._training:
         self._losses.append(self._loss_fn(containers.UnwrapSingle(out), r, m))
         return
-      loss, dys = LossAndOutputGrads(self._loss_fn, out, r, m)
+      loss, dys = step_runner.LossAndOutputGrads(self._loss_fn, out, r, m)
     self._losses.append(loss)
     self._output_grads[(r, c, m)] = dys
 
@@ -347,24 +267,3 @@ class Executor:
         self._SetPrevious(r, c, self._runners[r][c].WeightBackward(factors))
 
 
-def AddN(nests: Sequence[Any]) -> Any:
-  """The sum of nests of one structure, entry by entry."""
-  return tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)), *nests)
-
-
-def SumUpdatesOverReplicas(per_replica: Sequence[Sequence[NestedMap]],
-                           devices: Sequence[Any]) -> List[NestedMap]:
-  """Per cell its statistics ([replica][cell]) added over replicas on its
-  variable device (replica 0's)."""
-  summed = []
-  for c, device in enumerate(devices):
-    with tf.device(device.name):
-      summed.append(AddN([cells[c] for cells in per_replica]))
-  return summed
-
-
-def SumCellOverReplicas(per_replica: Sequence[List[Any]],
-                        replica_devices: Sequence[Sequence[Any]], c: int) -> List[List[Any]]:
-  """Cell c's flat theta gradients ([replica]) summed over replicas
-  (all_reduce.Sum), each replica's on its device of the cell."""
-  return all_reduce.Sum(per_replica, [row[c].name for row in replica_devices[:len(per_replica)]])

@@ -32,6 +32,7 @@ from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import program
 from lingvo_pipe.pipeline import replica_batches
 from lingvo_pipe.pipeline import replica_variables
+from lingvo_pipe.pipeline import step_runner
 from lingvo_pipe.pipeline import train_step
 from lingvo_pipe.pipeline import schedule
 from lingvo_pipe.pipeline.cell_compilation import CellCompilation
@@ -281,7 +282,8 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _Executor(self, thetas: List[List[NestedMap]], inputs: tuple, num_micro: int,
                 training: bool, loss_fn: Optional[Callable[..., tf.Tensor]] = None,
-                loss_inputs: Any = None) -> Tuple[Any, replica_batches.ReplicaBatches]:
+                loss_inputs: Any = None
+                ) -> Tuple[step_runner.StepRunner, replica_batches.ReplicaBatches]:
     """The step's executor and its batch cut into replicas x micro-batches
     (evaluation: replica 0, the whole batch), running the step's Program.
     The one place that chooses the emission: in a graph from
@@ -313,7 +315,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
 
 def _MicroLoss(loss_fn: Callable[..., tf.Tensor], loss_inputs: Any,
-               batches: replica_batches.ReplicaBatches) -> executor.MicroLossFn:
+               batches: replica_batches.ReplicaBatches) -> step_runner.MicroLossFn:
   """The executors' per-micro-batch loss from FPropWithLoss's loss_fn: with
   loss inputs, the micro-batch's own beside its outputs."""
   if loss_inputs is None:

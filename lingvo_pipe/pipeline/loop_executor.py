@@ -44,7 +44,6 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import cell_runner
-from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import loop_probes
 from lingvo_pipe.pipeline import loop_queues
@@ -53,6 +52,7 @@ from lingvo_pipe.pipeline import loop_state
 from lingvo_pipe.pipeline import loop_tables
 from lingvo_pipe.pipeline import plan as plan_lib
 from lingvo_pipe.pipeline import program
+from lingvo_pipe.pipeline import step_runner
 from lingvo_pipe.pipeline.loop_tables import F, KINDS, W, X
 
 
@@ -75,7 +75,7 @@ class LoopExecutor:
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, loss_fn: Optional[executor.MicroLossFn] = None) -> None:
+               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn] = None) -> None:
     if step.emission != program.Emission.LOOP:
       raise ValueError(f'A loop step runs a program lowered for the loop, not {step.emission}.')
     self._plan, self._program = plan, step
@@ -126,10 +126,10 @@ class LoopExecutor:
     if self._updates is None:
       per_replica = [[tf.nest.pack_sequence_as(self._update_structs[c], self._Lane(r, c, 'sums'))
                       for c in range(self._num_cells)] for r in range(self._num_replicas)]
-      self._updates = executor.SumUpdatesOverReplicas(per_replica, self._plan.devices)
+      self._updates = step_runner.SumUpdatesOverReplicas(per_replica, self._plan.devices)
     return self._updates
 
-  def Run(self) -> executor.StepResult:
+  def Run(self) -> step_runner.StepResult:
     """Every action, the loss inside: the StepResult."""
     self._Loops('all')
     return self._Result()
@@ -152,7 +152,7 @@ class LoopExecutor:
       return tf.add_n([self._loss_fn(containers.UnwrapSingle(out), 0, m)
                        for m, out in enumerate(self._last_outputs[0])])
 
-  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> executor.StepResult:
+  def Backwards(self, output_grads: Sequence[Sequence[List[Any]]]) -> step_runner.StepResult:
     """The remaining actions, from [replica][micro-batch] the gradients of
     the last cell's flat outputs."""
     d = self._tables.DeviceOf(self._num_cells - 1)
@@ -183,7 +183,7 @@ class LoopExecutor:
     return layouts
 
   def _MicroTheta(self, theta: NestedMap, r: int, m: tf.Tensor) -> NestedMap:
-    seed = executor.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
+    seed = step_runner.MicroSeed(theta, (r * self._num_micro + m) * self._micro_size)
     return theta if seed is None else step_seeds.WithStepSeed(theta, seed)
 
   # --- the loops ---------------------------------------------------------------
@@ -275,7 +275,7 @@ class LoopExecutor:
       return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
     pieces['outs'] = tf.nest.flatten(out)
     if self._loss_fn and self._training:
-      micro_loss, dy = executor.LossAndOutputGrads(self._loss_fn, out, r, m)
+      micro_loss, dy = step_runner.LossAndOutputGrads(self._loss_fn, out, r, m)
       pieces['loss'], pieces['dys'] = [micro_loss], dy
     return []
 
@@ -374,14 +374,14 @@ class LoopExecutor:
                                      self._out_structs[-1], self._num_micro, row[-1].device)
             for r, row in enumerate(self._runners)]
 
-  def _Result(self) -> executor.StepResult:
+  def _Result(self) -> step_runner.StepResult:
     cells, replicas = range(self._num_cells), range(self._num_replicas)
     grads = [[loop_results.CellGradients(
         self._runners[r][c], self._thetas[r][c], self._layouts[c], self._tables.split[c],
         self._Lane(r, c, 'weight_sums' if self._tables.split[c] else 'factors'),
         self._specs.factors[c], self._num_micro) for c in cells] for r in replicas]
     if self._num_replicas > 1:
-      reduced = {c: executor.SumCellOverReplicas([grads[r][c] for r in replicas],
+      reduced = {c: step_runner.SumCellOverReplicas([grads[r][c] for r in replicas],
                                                  self._plan.replica_devices, c)
                  for c in self._program.reduces}
       grads = [[reduced[c][r] for c in cells] for r in replicas]
@@ -392,4 +392,4 @@ class LoopExecutor:
     losses = [self._LastState(r)['loss'][0] for r in replicas if self._LastState(r)['loss']]
     with tf.device(self._plan.devices[-1].name):
       loss = tf.add_n(losses) if losses else None
-    return executor.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())
+    return step_runner.StepResult(loss, self._LastOutputs(), input_grads, grads, self.Updates())

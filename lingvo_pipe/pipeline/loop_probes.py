@@ -17,9 +17,9 @@ import tensorflow as tf
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import cell_gradients
 from lingvo_pipe.pipeline import cell_runner
-from lingvo_pipe.pipeline import executor
 from lingvo_pipe.pipeline import loop_arrays
 from lingvo_pipe.pipeline import remat
+from lingvo_pipe.pipeline import step_runner
 
 # Per cell: (weight index, specs of its flat factor pairs) of each weight
 # whose gradient its backward defers.
@@ -33,7 +33,7 @@ def TakeFactors(gradients: cell_gradients.CellGradients, split: bool) -> Dict[in
 
 
 def Structures(runners: Sequence[cell_runner.CellRunner], thetas: Sequence[NestedMap],
-               inputs: tuple, loss_fn: Optional[executor.MicroLossFn]
+               inputs: tuple, loss_fn: Optional[step_runner.MicroLossFn]
                ) -> Tuple[List[Any], List[Any], Optional[tf.TensorSpec]]:
   """Each cell's output and statistics structures (as TensorSpecs) and the
   loss's spec (None without loss_fn), from a trace of the chain."""
@@ -43,7 +43,7 @@ def Structures(runners: Sequence[cell_runner.CellRunner], thetas: Sequence[Neste
       x, upd, _ = runner.Forward(theta, x)
       outs.append(x)
       updates.append(upd)
-    loss = [executor.LossAndOutputGrads(loss_fn, x, 0, tf.constant(0))[0]] if loss_fn else []
+    loss = [step_runner.LossAndOutputGrads(loss_fn, x, 0, tf.constant(0))[0]] if loss_fn else []
     return outs, updates, loss
 
   traced = tf.function(Chain, autograph=False).get_concrete_function()

@@ -1,7 +1,7 @@
 """The two custom gradients a training step is: the loss outside the pipeline, or inside.
 
-Both wrap one executor step (`Start`: the step's executor and its batch
-cut into replicas x micro-batches, made inside the custom gradient) and
+Both wrap one step's emission (`Start`: its step_runner.StepRunner and its
+batch cut into replicas x micro-batches, made inside the custom gradient) and
 take and return nests, as tf.custom_gradient does. The forward applies the
 cells' statistics (`apply_updates`).
 
@@ -21,10 +21,12 @@ import tensorflow as tf
 
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
+from lingvo_pipe.pipeline import replica_batches
+from lingvo_pipe.pipeline import step_runner
 
-# ([replica][cell] thetas, inputs) -> (executor, replica_batches.ReplicaBatches)
-# of the step.
-Start = Callable[[List[List[NestedMap]], tuple], Tuple[Any, Any]]
+# ([replica][cell] thetas, inputs) -> the step's emission and its batch.
+Start = Callable[[List[List[NestedMap]], tuple],
+                 Tuple[step_runner.StepRunner, replica_batches.ReplicaBatches]]
 ApplyUpdates = Callable[[List[NestedMap]], None]
 
 
