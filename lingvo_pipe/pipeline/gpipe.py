@@ -120,7 +120,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('loop_min_micro_batches', None, 'Train and evaluate in a graph (tf.function) '
              'with M >= this as one tf.while_loop per device (loop_executor): a step graph '
              "of a few calls per cell whatever M; every micro-batch recomputed but the last "
-             "cell's that remat keeps. 0: never (unrolled, executor, as eagerly always); "
+             "cell's that remat keeps, under NONE too (pipeline/program.py). 0: never (unrolled, executor, as eagerly always); "
              'None: from where it was measured no slower (plan.LoopFromM, docs/schedules.md).')
     p.Define('cells_per_device', 1, 'v: cells per device, 2 or more for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '

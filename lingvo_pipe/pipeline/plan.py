@@ -13,6 +13,8 @@ import dataclasses
 import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from absl import logging
+
 from lingvo_pipe.pipeline import cluster
 from lingvo_pipe.pipeline import device_mapping
 from lingvo_pipe.pipeline import loop_tables
@@ -143,9 +145,16 @@ def FromParams(p: Any, num_cells: int,
     raise ValueError(f'PipeliningLayer {p.name!r}: schedule_text names its micro-batches, '
                      f'so it fixes M; set num_micro_batches to its M instead of '
                      f'micro_batch_size ({p.micro_batch_size}).')
+  loop_from = LoopFromM(p)
+  if loop_from and p.remat == remat.RematPolicy.NONE:
+    logging.warning(
+        'PipeliningLayer %r: remat NONE in a loop step (loop_min_micro_batches=%d) keeps '
+        "only the last cell's forwards and recomputes every other, as PER_CELL does "
+        '(pipeline/program.py); set loop_min_micro_batches=0 to keep them all.',
+        p.name, loop_from)
   return Make(p.name, p.schedule_text or p.schedule, num_cells, p.cells_per_device,
               p.num_replicas, devices, p.consecutive_cells_per_device, p.remat,
-              p.remat_last_micro_batch, LoopFromM(p), check_devices)
+              p.remat_last_micro_batch, loop_from, check_devices)
 
 
 def LoopFromM(p: Any) -> int:

@@ -295,7 +295,7 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   """Estimates every possible candidate and marks those within the budget.
 
   Combinations with more cells than layers, with M not dividing the batch
-  or that the schedule cannot run (interleaved: M a multiple of K) are
+  or that the schedule cannot run (v cells on one device) are
   skipped. Other arguments are as for Estimate.
 
   Args:
@@ -327,8 +327,7 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
         continue
       for kind, v in schedules:
         # v cells a device on one device is no pipeline (plan.Make refuses it).
-        if (k * v > len(layers) or (v > 1 and k == 1)
-            or (kind == schedule.ScheduleKind.INTERLEAVED and m % k)):
+        if k * v > len(layers) or (v > 1 and k == 1):
           continue
         for remat in remats:
           row = Estimate(layers, input_shapes, k * v, m, remat, optimizer_slots,

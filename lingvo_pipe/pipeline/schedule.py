@@ -30,12 +30,14 @@ K-k micro-batches in flight instead of M:
 
 INTERLEAVED (Megatron-LM's interleaved 1F1B, Narayanan et al. 2021): K
 devices hold v cells each, cell j on device j mod K, so a micro-batch goes
-round the devices v times. Micro-batches go in groups of K: a device runs
-the forwards of one group on its first cell, then on its second, and so on
-(backwards take its cells in reverse), so M must be a multiple of K.
-Device d warms up with 2(K-d-1) + (v-1)K forwards (all of them if M = K),
-then alternates as 1F1B does. A clock is a cell of 1/v of the work, and
-the bubble is (K-1)/(vM+K-1). K=2, v=2, M=4 (cells 0 and 2 on dev 0; F1.2
+round the devices v times. Micro-batches go in rounds of K: a device runs
+the forwards of one round on its first cell, then on its second, and so on
+(backwards take its cells in reverse). Any M runs: for M not a multiple of
+K the rounds are max(1, M // K), as equal as they can be, larger first
+(schedules/interleaved.py). Device d warms up with 2(K-d-1) + (v-1)K
+forwards (all of them if M = K), then alternates as 1F1B does. A clock is
+a cell of 1/v of the work, and the bubble is (K-1)/(vM+K-1) for M >= K
+(more below: a device then waits for micro-batches). K=2, v=2, M=4 (cells 0 and 2 on dev 0; F1.2
 is micro-batch 1 on cell 2):
 
     clock     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15   16   17
@@ -100,12 +102,6 @@ def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
   """
   if not isinstance(kind, ScheduleKind):
     raise TypeError(f'kind must be a ScheduleKind, got {kind!r}.')
-  if kind == ScheduleKind.INTERLEAVED and num_micro_batches % num_devices:
-    raise ValueError(
-        f'The interleaved schedule runs micro-batches in groups of K: '
-        f'num_micro_batches={num_micro_batches} must be a multiple of the '
-        f'number of devices K={num_devices}; use M='
-        f'{num_micro_batches + (-num_micro_batches) % num_devices}.')
   return built_in.Build(kind, num_devices, num_micro_batches,
                         built_in.CellsPerDeviceParam(kind, cells_per_device))
 

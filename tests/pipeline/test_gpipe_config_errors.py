@@ -44,6 +44,23 @@ def test_loop_min_micro_batches_out_of_range(value):
     _Params(loop_min_micro_batches=value).Instantiate()
 
 
+def test_a_loop_asked_for_under_remat_none_says_it_recomputes(caplog):
+  """A loop cannot keep what remat NONE keeps unrolled (program.py): asked
+  for explicitly, one line says so at build; by default NONE never loops."""
+  with caplog.at_level('WARNING'):
+    _Params(num_micro_batches=4, remat=gpipe.RematPolicy.NONE,
+            loop_min_micro_batches=2).Instantiate()
+  (line,) = [r.getMessage() for r in caplog.records if 'remat NONE' in r.getMessage()]
+  assert line == ("PipeliningLayer 'pipe': remat NONE in a loop step (loop_min_micro_batches=2) "
+                  "keeps only the last cell's forwards and recomputes every other, as "
+                  'PER_CELL does (pipeline/program.py); set loop_min_micro_batches=0 to keep '
+                  'them all.')
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    _Params(num_micro_batches=4, remat=gpipe.RematPolicy.NONE).Instantiate()
+  assert not [r for r in caplog.records if 'remat NONE' in r.getMessage()]
+
+
 @pytest.mark.parametrize('schedule,v', [(ScheduleKind.ZB_V, 1), (ScheduleKind.INTERLEAVED, 2)])
 def test_two_cells_at_two_per_device_are_refused_as_one_device(schedule, v):
   """num_partitions counts cells: 2 of them at 2 per device ran on one."""

@@ -93,9 +93,17 @@ def test_interleaved_bubble_divided_by_about_v(k, m, v):
   assert bubble < schedule.BubbleFraction(k, m)
 
 
+@pytest.mark.parametrize('k,m,v', [(2, 3, 2), (3, 4, 2), (3, 5, 3), (4, 6, 2)])
+def test_interleaved_takes_any_m(k, m, v):
+  """M not a multiple of K: rounds of near-equal size, the same bubble
+  from M = K on; below, a device waits for micro-batches (more)."""
+  bubble = schedule.Bubble(schedule.Actions(KIND.INTERLEAVED, k, m, v))
+  assert bubble == pytest.approx((k - 1) / (v * m + k - 1))
+  assert schedule.Bubble(schedule.Actions(KIND.INTERLEAVED, k, k - 1, v)) > (
+      (k - 1) / (v * (k - 1) + k - 1))
+
+
 @pytest.mark.parametrize('kind,k,m,v,match', [
-    (KIND.INTERLEAVED, 4, 6, 2, 'num_micro_batches=6 must be a multiple of the number of '
-                                'devices K=4; use M=8'),
     (KIND.ONE_F_ONE_B, 2, 4, 2, 'ONE_F_ONE_B runs 1 cell.s. per device, got '
                                 'cells_per_device=2'),
     (KIND.INTERLEAVED, 2, 4, 0, 'cells_per_device=0'),
