@@ -105,10 +105,10 @@ def _Run() -> dict:
   """One measured run in this process."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads
-  from lingvo_pipe.pipeline import cluster_spec
+  from trainer import cluster_spec
   from lingvo_pipe.pipeline import gpipe
-  from lingvo_pipe.pipeline import replica_variables
-  from lingvo_pipe.pipeline import schedule
+  from lingvo_pipe.pipeline.replicas import replica_variables
+  from lingvo_pipe.pipeline.schedules import schedule
   from trainer import cluster_client
   num_devices = FLAGS.k * FLAGS.replicas
   workers, pids, ports = [], {}, []
@@ -177,7 +177,7 @@ def _Run() -> dict:
     after = _Bytes(pids) if workers else {}
     profiled = {}
     if FLAGS.run == 'local' and FLAGS.replicas > 1:
-      from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
+      from lingvo_pipe.pipeline.schedules import schedule  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:

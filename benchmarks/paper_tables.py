@@ -213,7 +213,7 @@ def PredictedPeaks(memory: Dict[str, dict]) -> Dict[str, Optional[Tuple[float, f
   """
   from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline.remat import RematPolicy  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   predicted = {}
   for name, entry in memory.items():
     ok = [r for r in entry['runs'] if 'error' not in r]

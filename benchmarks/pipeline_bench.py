@@ -80,7 +80,7 @@ def _BuildModel(workload):
     with tf.device('/device:CPU:0'):
       return containers.SequentialLayer.Params().Set(
           name='model', sub=layers, fprop_dtype=dtype).Instantiate()
-  from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules import schedule  # pylint: disable=g-import-not-at-top
   return gpipe.PipeliningLayer.Params().Set(
       name='model', layers=layers, num_partitions=FLAGS.k * schedule_flags.CellsPerDevice(),
       num_micro_batches=FLAGS.m, input_shapes=[workload.input_shape],
@@ -163,7 +163,7 @@ def Run(workload_name: str) -> dict:
   if FLAGS.timeline_dir and not FLAGS.baseline:
     from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
     from lingvo_pipe.profiling import record  # pylint: disable=g-import-not-at-top
-    from lingvo_pipe.pipeline import program  # pylint: disable=g-import-not-at-top
+    from lingvo_pipe.pipeline.lowering import program  # pylint: disable=g-import-not-at-top
     actions = model.plan.Actions(FLAGS.m)
     # Fill-drain labels itself, unless it loops: a loop step's calls run in
     # iterations, which only the schedule's tasks tell from steps.

@@ -35,7 +35,7 @@ flags.DEFINE_integer('repeats', 5, 'Timed runs of each sampler, alternating.')
 def main(argv) -> None:
   del argv
   from lingvo_pipe import model_registry  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import device_mapping
+  from lingvo_pipe.pipeline.layout import device_mapping
   from lingvo_pipe.tasks.lm import sampler
   task_params = model_registry.GetExperiment(FLAGS.model).Task()
   cpu = tf.config.list_physical_devices('CPU')[0]

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from absl import app
 from absl import flags
 
-from lingvo_pipe.pipeline import schedule_text
-from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import schedule_text
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 

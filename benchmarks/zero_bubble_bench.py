@@ -22,7 +22,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import runner
-from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import built_in
 
 SCHEDULES = ('one_f_one_b', 'zb_h1', 'zb_h2', 'zb_v')

@@ -11,7 +11,7 @@ import tensorflow as tf
 from lingvo_pipe import base_experiment
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe import model_registry
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.tasks.lm import input_generator as lm_input
 from lingvo_pipe.tasks.lm import model as lm_model
 

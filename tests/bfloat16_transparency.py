@@ -18,7 +18,7 @@ from tests.pipeline import pipeline_models as models
 # pipeline runs the reference's casts and products, in the same order per
 # micro-batch; what differs is how the float32 sums of the micro-batches'
 # weight gradients and the once-per-step products of deferred factors
-# (pipeline/deferred_grads.py: one bfloat16 product over all micro-batches
+# (pipeline/cell/deferred_grads.py: one bfloat16 product over all micro-batches
 # instead of M) are rounded. So each tensor is compared to a few bfloat16
 # steps of its own scale: |a - e| <= RTOL * |e| + ATOL * max|e|, where a
 # gradient's scale is at least FLOOR of the largest gradient's.

@@ -3,7 +3,9 @@
 Layers, lowest first: core (params, layers) <- pipeline <- profiling <-
 tasks <- experiments (base_experiment, model_registry, model_params) <-
 trainer. A module may import its own layer and those below it, and no
-modules import each other in a circle.
+modules import each other in a circle. Inside pipeline/ the folders are
+fenced alike (PIPELINE_FOLDERS), and the schedules and their lowering
+import no TensorFlow.
 """
 
 import pathlib
@@ -21,11 +23,25 @@ LAYERS = [
 ]
 
 
-def _Layer(module: str) -> int:
-  for i, prefixes in enumerate(LAYERS):
+# pipeline/'s folders, lowest first; its top-level modules (the layer, the
+# planner) above them all.
+PIPELINE_FOLDERS = [
+    ('lingvo_pipe.pipeline.schedules',),  # schedules as data: generators, text, simulator
+    ('lingvo_pipe.pipeline.lowering',),  # what a step of a schedule runs (program)
+    ('lingvo_pipe.pipeline.layout',),  # cells, devices, micro-batches, the plan
+    ('lingvo_pipe.pipeline.cell',),  # one cell on its device
+    ('lingvo_pipe.pipeline.replicas',),  # data parallelism
+    ('lingvo_pipe.pipeline.step',),  # the step's emissions (step/loop/ among them)
+    ('lingvo_pipe.pipeline',),
+]
+TF_FREE = ('lingvo_pipe.pipeline.schedules', 'lingvo_pipe.pipeline.lowering')
+
+
+def _Layer(module: str, layers=LAYERS) -> int:
+  for i, prefixes in enumerate(layers):
     if any(module == p or module.startswith(p + '.') for p in prefixes):
       return i
-  raise ValueError(f'{module} belongs to no layer of {LAYERS}; add it there.')
+  raise ValueError(f'{module} belongs to no layer of {layers}; add it there.')
 
 
 def _LibraryModules() -> Dict[str, List[str]]:
@@ -50,6 +66,27 @@ def test_imports_point_down():
             if module.count('.') > 0 for dep in deps
             if _Layer(dep) > _Layer(module)]
   assert not upward, '\n'.join(upward)
+
+
+def test_pipeline_folders_import_down():
+  """schedules <- lowering <- layout <- cell <- replicas <- step <- gpipe."""
+  def Folder(module):
+    return _Layer(module, PIPELINE_FOLDERS)
+
+  pipeline = {m: deps for m, deps in _LibraryModules().items()
+              if m.startswith('lingvo_pipe.pipeline.')}
+  upward = [f'{module} ({PIPELINE_FOLDERS[Folder(module)][0]}) imports {dep} '
+            f'({PIPELINE_FOLDERS[Folder(dep)][0]})'
+            for module, deps in pipeline.items() for dep in deps
+            if dep.startswith('lingvo_pipe.pipeline.') and Folder(dep) > Folder(module)]
+  assert not upward, '\n'.join(upward)
+
+
+def test_schedules_and_their_lowering_need_no_tensorflow():
+  heavy = [path for path in build.PythonFiles()
+           if path.startswith(tuple(p.replace('.', '/') + '/' for p in TF_FREE))
+           and any(m.split('.')[0] == 'tensorflow' for m in build.Imports(path))]
+  assert not heavy, heavy
 
 
 def test_no_import_cycles():

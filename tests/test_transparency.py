@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import partition
+from lingvo_pipe.pipeline.layout import partition
 
 from tests import transparency
 from tests.pipeline import pipeline_models as models

@@ -78,7 +78,7 @@ def _Params(model: str, params_file: Optional[str], overrides: str):
 def _ConfigureDevices(params) -> None:
   """Logical CPU devices for the pipelines, as the trainer makes them."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import device_mapping  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.layout import device_mapping  # pylint: disable=g-import-not-at-top
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
     return
   wanted = max(device_mapping.DevicesNeeded(params.task), params.trainer.num_logical_devices, 1)

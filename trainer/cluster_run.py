@@ -6,8 +6,8 @@ from typing import Iterator, Mapping, Optional
 
 import tensorflow as tf
 
-from lingvo_pipe.pipeline import cluster_spec
-from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
+from trainer import cluster_spec
+from trainer.cluster_spec import ClusterConfig
 from trainer import cluster_client
 from trainer import worker
 from trainer import worker_watchdog

@@ -16,15 +16,15 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.pipeline import cluster
-from lingvo_pipe.pipeline import device_mapping
-from lingvo_pipe.pipeline import cells as cells_lib
+from lingvo_pipe.pipeline.layout import cluster
+from lingvo_pipe.pipeline.layout import device_mapping
+from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import micro_batch
-from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline import planner
-from lingvo_pipe.pipeline import program
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.schedules import schedule
 
 DEFAULT_BUDGET_BYTES = 1 << 30  # memory of each device for the planner table
 

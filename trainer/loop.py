@@ -20,7 +20,7 @@ from lingvo_pipe.core import precision
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.pipeline import pipelined_model
-from lingvo_pipe.pipeline import replica_variables
+from lingvo_pipe.pipeline.replicas import replica_variables
 from trainer import checkpoint_keys
 from trainer import checkpoints
 from trainer import loss_scale as loss_scale_lib

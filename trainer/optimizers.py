@@ -107,7 +107,7 @@ def CreateSlots(optimizer: tf.compat.v1.train.Optimizer,
 
 def SynchronizeCopies(optimizer: tf.compat.v1.train.Optimizer,
                       pairs: Sequence[Tuple[tf.Variable, List[tf.Variable]]]) -> None:
-  """Sets each replica copy (pipeline/replica_variables.py) and its
+  """Sets each replica copy (pipeline/replicas/replica_variables.py) and its
   optimizer slots to its original's. Slots that do not exist yet are left:
   they are created alike (zeros) at the first step."""
   names = optimizer.get_slot_names()

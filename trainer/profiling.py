@@ -6,8 +6,8 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import program
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import record

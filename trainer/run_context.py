@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import hyperparams
-from lingvo_pipe.pipeline import device_mapping
-from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
+from lingvo_pipe.pipeline.layout import device_mapping
+from trainer.cluster_spec import ClusterConfig
 from trainer import checkpoints
 from trainer import cluster_client
 from trainer import cluster_run

@@ -6,8 +6,8 @@ from typing import Callable
 
 import tensorflow as tf
 
-from lingvo_pipe.pipeline import cluster_spec
-from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
+from trainer import cluster_spec
+from trainer.cluster_spec import ClusterConfig
 from trainer import network_exposure
 
 

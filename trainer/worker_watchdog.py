@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Callable, List, Optional
 
-from lingvo_pipe.pipeline.cluster_spec import ClusterConfig
+from trainer.cluster_spec import ClusterConfig
 from trainer import cluster_client
 
 # Exit status of a run ended by an unreachable worker (2 is a user error).

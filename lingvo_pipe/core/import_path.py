@@ -1,8 +1,9 @@
 """Import paths of classes and enums, as the params text names them.
 
-Params text written before the package layout of lingvo_pipe 0.2 names
-modules that have moved (`lingvo_pipe.core.gpipe` is now
-`lingvo_pipe.pipeline.gpipe`); `ImportByPath` reads those old paths too.
+Params text written before a module moved names its old path
+(`lingvo_pipe.core.gpipe` is now `lingvo_pipe.pipeline.gpipe`,
+`lingvo_pipe.pipeline.remat` is `lingvo_pipe.pipeline.lowering.remat`);
+`ImportByPath` reads those old paths too.
 """
 
 import importlib
@@ -11,17 +12,17 @@ from typing import Any, Dict, Tuple
 # Old module path -> the modules that now hold its names, searched in order.
 MOVED_MODULES: Dict[str, Tuple[str, ...]] = {
     'lingvo_pipe.core.gpipe': ('lingvo_pipe.pipeline.gpipe',),
-    'lingvo_pipe.core.cell_runner': ('lingvo_pipe.pipeline.cell_runner',
-                                     'lingvo_pipe.pipeline.remat'),
+    'lingvo_pipe.core.cell_runner': ('lingvo_pipe.pipeline.cell.cell_runner',
+                                     'lingvo_pipe.pipeline.lowering.remat'),
     # RematPolicy moved from cell_runner to remat after the layout.
-    'lingvo_pipe.pipeline.cell_runner': ('lingvo_pipe.pipeline.cell_runner',
-                                         'lingvo_pipe.pipeline.remat'),
-    'lingvo_pipe.core.cluster': ('lingvo_pipe.pipeline.cluster',),
-    'lingvo_pipe.core.deferred_grads': ('lingvo_pipe.pipeline.deferred_grads',),
-    'lingvo_pipe.core.micro_batch': ('lingvo_pipe.pipeline.micro_batch',),
-    'lingvo_pipe.core.partition': ('lingvo_pipe.pipeline.partition',),
+    'lingvo_pipe.pipeline.cell_runner': ('lingvo_pipe.pipeline.cell.cell_runner',
+                                         'lingvo_pipe.pipeline.lowering.remat'),
+    'lingvo_pipe.core.cluster': ('lingvo_pipe.pipeline.layout.cluster',),
+    'lingvo_pipe.core.deferred_grads': ('lingvo_pipe.pipeline.cell.deferred_grads',),
+    'lingvo_pipe.core.micro_batch': ('lingvo_pipe.pipeline.layout.micro_batch',),
+    'lingvo_pipe.core.partition': ('lingvo_pipe.pipeline.layout.partition',),
     'lingvo_pipe.core.planner': ('lingvo_pipe.pipeline.planner',),
-    'lingvo_pipe.core.schedule': ('lingvo_pipe.pipeline.schedule',),
+    'lingvo_pipe.core.schedule': ('lingvo_pipe.pipeline.schedules.schedule',),
     'lingvo_pipe.core.gpipe_stacks': ('lingvo_pipe.pipeline.pipelined_model',
                                       'lingvo_pipe.tasks.lm.layers',
                                       'lingvo_pipe.tasks.image.layers'),
@@ -36,6 +37,11 @@ MOVED_MODULES: Dict[str, Tuple[str, ...]] = {
     'lingvo_pipe.core.timeline': ('lingvo_pipe.profiling.timeline',),
     'lingvo_pipe.core.trace_calls': ('lingvo_pipe.profiling.trace_calls',),
     'lingvo_pipe.core.gantt': ('lingvo_pipe.profiling.gantt',),
+    # The pipeline package in folders: the modules of the enums params text names.
+    'lingvo_pipe.pipeline.schedule': ('lingvo_pipe.pipeline.schedules.schedule',),
+    'lingvo_pipe.pipeline.remat': ('lingvo_pipe.pipeline.lowering.remat',),
+    'lingvo_pipe.pipeline.partition': ('lingvo_pipe.pipeline.layout.partition',),
+    'lingvo_pipe.pipeline.cell_compilation': ('lingvo_pipe.pipeline.layout.cell_compilation',),
 }
 
 

@@ -20,23 +20,23 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import precision
-from lingvo_pipe.pipeline import cell_compilation
-from lingvo_pipe.pipeline import cell_runner
-from lingvo_pipe.pipeline import cells
-from lingvo_pipe.pipeline import cluster
-from lingvo_pipe.pipeline import executor
-from lingvo_pipe.pipeline import loop_executor
-from lingvo_pipe.pipeline import micro_batch
-from lingvo_pipe.pipeline import partition
-from lingvo_pipe.pipeline import plan as plan_lib
-from lingvo_pipe.pipeline import program
-from lingvo_pipe.pipeline import replica_batches
-from lingvo_pipe.pipeline import replica_variables
-from lingvo_pipe.pipeline import step_runner
-from lingvo_pipe.pipeline import train_step
-from lingvo_pipe.pipeline import schedule
-from lingvo_pipe.pipeline.cell_compilation import CellCompilation
-from lingvo_pipe.pipeline.remat import RematPolicy
+from lingvo_pipe.pipeline.layout import cell_compilation
+from lingvo_pipe.pipeline.cell import cell_runner
+from lingvo_pipe.pipeline.layout import cells
+from lingvo_pipe.pipeline.layout import cluster
+from lingvo_pipe.pipeline.step import executor
+from lingvo_pipe.pipeline.step.loop import loop_executor
+from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.pipeline.layout import plan as plan_lib
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.replicas import replica_batches
+from lingvo_pipe.pipeline.replicas import replica_variables
+from lingvo_pipe.pipeline.step import step_runner
+from lingvo_pipe.pipeline.step import train_step
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 
 
 class PipeliningLayer(base_layer.BaseLayer):
@@ -115,20 +115,21 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('schedule_text', '', 'A schedule of your own, replacing '
              "p.schedule: PyTorch pipelining's notation, one line per device "
              "(or lines separated by ';'), e.g. '0F0,0F1,0B0,0B1;1F0,1B0,"
-             "1F1,1B1' (pipeline/schedule_text.py); it names each action's "
+             "1F1,1B1' (pipeline/schedules/schedule_text.py); it names each action's "
              'cell and micro-batch, so it fixes the cells and M.')
     p.Define('loop_min_micro_batches', None, 'Train and evaluate in a graph (tf.function) '
              'with M >= this as one tf.while_loop per device (loop_executor): a step graph '
              "of a few calls per cell whatever M; every micro-batch recomputed but the last "
-             "cell's that remat keeps, under NONE too (pipeline/program.py). 0: never (unrolled, executor, as eagerly always); "
-             'None: from where it was measured no slower (plan.LoopFromM, docs/schedules.md).')
+             "cell's that remat keeps, under NONE too (pipeline/lowering/program.py). 0: "
+             'never (unrolled, executor, as eagerly always); None: from where it was '
+             'measured no slower (plan.LoopFromM, docs/schedules.md).')
     p.Define('cells_per_device', 1, 'v: cells per device, 2 or more for '
              'ScheduleKind.INTERLEAVED (cell j on device j mod K, K = '
              'cells / v); set num_partitions (or cell_tpl) to K*v cells. '
              'ZB_V always puts 2 on each device (cells d and 2K-1-d).')
     p.Define('jit_compile', CellCompilation.NONE, 'A CellCompilation: XLA '
              "compiles each cell's forward and backward on its device "
-             '(pipeline/cell_compilation.py says what stays outside).')
+             '(pipeline/layout/cell_compilation.py says what stays outside).')
     return p
 
   # Views of the layers (cells.CellView), traced functions, data and the

@@ -6,7 +6,7 @@ schedule gives the device; the calls' events come from trace_calls.
 
 from typing import List, Optional, Sequence, Tuple
 
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.profiling import trace_calls
 from lingvo_pipe.profiling.trace_calls import Call
 

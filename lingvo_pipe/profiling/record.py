@@ -4,7 +4,7 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline

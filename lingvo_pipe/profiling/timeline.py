@@ -66,7 +66,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.profiling import call_phases
 from lingvo_pipe.profiling import trace_calls
 from lingvo_pipe.profiling.trace_calls import Call

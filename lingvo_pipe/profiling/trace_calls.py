@@ -39,7 +39,7 @@ import os
 import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from lingvo_pipe.pipeline import scope_names
+from lingvo_pipe.pipeline.cell import scope_names
 
 
 @dataclasses.dataclass

@@ -6,10 +6,10 @@ import sys
 from benchmarks import runner
 from benchmarks import schedule_bench
 from benchmarks import workloads
-from lingvo_pipe.pipeline import plan as plan_lib
+from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline import planner
-from lingvo_pipe.pipeline.remat import RematPolicy
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 
 
 def _Runs(**values):

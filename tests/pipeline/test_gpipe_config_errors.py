@@ -53,7 +53,7 @@ def test_a_loop_asked_for_under_remat_none_says_it_recomputes(caplog):
   (line,) = [r.getMessage() for r in caplog.records if 'remat NONE' in r.getMessage()]
   assert line == ("PipeliningLayer 'pipe': remat NONE in a loop step (loop_min_micro_batches=2) "
                   "keeps only the last cell's forwards and recomputes every other, as "
-                  'PER_CELL does (pipeline/program.py); set loop_min_micro_batches=0 to keep '
+                  'PER_CELL does (pipeline/lowering/program.py); set loop_min_micro_batches=0 to keep '
                   'them all.')
   caplog.clear()
   with caplog.at_level('WARNING'):

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import variable_paths
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.tasks.lm import model as lm_model
 
 from tests.pipeline import pipeline_models as models

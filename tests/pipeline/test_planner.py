@@ -4,14 +4,14 @@ recommendation, errors, and that it partitions like PipeliningLayer."""
 import pytest
 
 from lingvo_pipe.core.layers import linear
-from lingvo_pipe.pipeline.remat import RematPolicy
-from lingvo_pipe.pipeline import cells as cells_lib
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
-from lingvo_pipe.pipeline import program
-from lingvo_pipe.pipeline import schedule
-from lingvo_pipe.pipeline import simulate
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules import simulate
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 
 F32 = 4
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
 
 from tests.pipeline import pipeline_models as models
 
@@ -104,7 +104,7 @@ def test_cell_functions_are_compiled_on_cell_devices():
 
 
 def test_compilation_choice():
-  from lingvo_pipe.pipeline import cell_compilation
+  from lingvo_pipe.pipeline.layout import cell_compilation
   assert cell_compilation.Compiles(CellCompilation.XLA, tf.float32)
   assert not cell_compilation.Compiles(CellCompilation.NONE, tf.bfloat16)
   # AUTO follows the measurement (docs/benchmarks/precision.md): XLA was

@@ -5,7 +5,7 @@ intervals of their own."""
 
 import pytest
 
-from lingvo_pipe.pipeline import simulate
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.profiling import bubble
@@ -143,7 +143,7 @@ def test_a_live_zero_bubble_step_shows_its_w_s(tmp_path):
   step = models.TrainStepWithLoss(pipe, 0, 4)
   x = tf.ones(shape)
   schedule = pipe.plan.Actions(4)
-  from lingvo_pipe.pipeline import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   for attempt in range(3):
     intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path / str(attempt)),
                                           tasks=schedule_lib.FromActions(schedule))

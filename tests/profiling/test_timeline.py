@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import record
 from lingvo_pipe.profiling import timeline
@@ -109,7 +109,7 @@ def test_replicas_are_labelled_by_their_devices(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.core.layers import linear
   from lingvo_pipe.pipeline import gpipe
-  from lingvo_pipe.pipeline import replica_variables
+  from lingvo_pipe.pipeline.replicas import replica_variables
   layers = [linear.ProjectionLayer.Params().Set(
       name=f'p{i}', input_dim=16, output_dim=16, activation=linear.Activation.RELU)
             for i in range(4)]
@@ -305,7 +305,7 @@ def test_labels_follow_the_schedule_s_device_orders():
   """Without tasks: fill-drain, a cell per device; with 1F1B's or the
   interleaved schedule's tasks: each device's forwards and backwards in
   the order of its schedule, with the cell that runs them."""
-  from lingvo_pipe.pipeline.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
   assert timeline._Labels(None, 2, 2) == [  # pylint: disable=protected-access
       ([(0, 0), (0, 1)], [(0, 1), (0, 0)]), ([(1, 0), (1, 1)], [(1, 1), (1, 0)])]
   one_f = schedule.Tasks(ScheduleKind.ONE_F_ONE_B, 2, 2)

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import schedule
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
 from lingvo_pipe.profiling.timeline import Phase

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core import step_seeds
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.tasks.image import layers as image_layers
 from lingvo_pipe.tasks.lm import layers as lm_layers
 from lingvo_pipe.tasks.mt import layers as mt_layers

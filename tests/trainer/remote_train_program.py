@@ -19,9 +19,9 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
-from lingvo_pipe.pipeline import cluster
-from lingvo_pipe.pipeline import cluster_spec
-from lingvo_pipe.pipeline import scope_names
+from lingvo_pipe.pipeline.layout import cluster
+from trainer import cluster_spec
+from lingvo_pipe.pipeline.cell import scope_names
 from trainer import cluster_client
 from trainer import experiment_params
 from trainer import loop

@@ -8,7 +8,7 @@ from tests import worker_cluster
 _SAVES = """
 import sys, tempfile
 import tensorflow as tf
-from lingvo_pipe.pipeline import cluster_spec
+from trainer import cluster_spec
 from trainer import checkpoints
 from trainer import cluster_client
 cluster_client.Connect(cluster_spec.Parse(sys.argv[1]), 60)

@@ -6,7 +6,7 @@ import re
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import schedule
+from lingvo_pipe.pipeline.schedules import schedule
 from trainer import inspection
 
 

@@ -20,7 +20,7 @@ BASE = ('task.stack.num_layers=4; task.stack.residual_keep_prob=0.8; '
         'trainer.eval_steps=2; ')
 K2 = 'task.stack.pipeline.num_partitions=2; task.stack.pipeline.num_micro_batches=2'
 _PIPE = 'task.stack.pipeline.'
-_SCHEDULE = "enum('lingvo_pipe.pipeline.schedule.ScheduleKind', '{}')"
+_SCHEDULE = "enum('lingvo_pipe.pipeline.schedules.schedule.ScheduleKind', '{}')"
 LAYOUTS = {
     'K1-M1': f'{_PIPE}num_partitions=1; {_PIPE}num_micro_batches=1',
     'K4-M2': f'{_PIPE}num_partitions=4; {_PIPE}num_micro_batches=2',

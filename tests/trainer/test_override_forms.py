@@ -26,7 +26,7 @@ def test_short_forms_set_enums_dtypes_and_bools():
   for line in ("trainer.optimizer : enum('lingvo_pipe.base_experiment.OptimizerKind', 'SGD')",
                "trainer.lr_schedule : enum('lingvo_pipe.base_experiment.LrSchedule', "
                "'WARMUP_RSQRT')",
-               "task.stack.pipeline.remat : enum('lingvo_pipe.pipeline.remat.RematPolicy', "
+               "task.stack.pipeline.remat : enum('lingvo_pipe.pipeline.lowering.remat.RematPolicy', "
                "'PER_LAYER')",
                "task.fprop_dtype : dtype('bfloat16')",
                'task.stack.pipeline.remat_last_micro_batch : True'):

@@ -134,7 +134,7 @@ def test_replicas_all_reduce_across_worker_processes(tmp_path, two_workers):
   _AssertSameTraining(remote, local)
 
 
-_SCHEDULE = "task.stack.pipeline.schedule=enum('lingvo_pipe.pipeline.schedule.ScheduleKind', '{}')"
+_SCHEDULE = "task.stack.pipeline.schedule=enum('lingvo_pipe.pipeline.schedules.schedule.ScheduleKind', '{}')"
 # Per schedule: the overrides of a pipeline on two devices per replica.
 _TWO_DEVICES = {
     'ONE_F_ONE_B': '',

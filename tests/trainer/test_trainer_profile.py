@@ -52,7 +52,7 @@ def test_tensorboard_shows_the_schedules_theoretical_bubble(tmp_path):
   console, not (K-1)/(M+K-1) of the profiled 4 cells (0.429)."""
   import pathlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import schedule  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline.schedules import schedule  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
   from trainer import profiling  # pylint: disable=g-import-not-at-top

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from lingvo_pipe.pipeline import cluster_spec
+from trainer import cluster_spec
 from tests import fresh_process
 from tests import worker_cluster
 

@@ -34,7 +34,7 @@ class DropoutLayer(base_layer.BaseLayer):
   below the threshold round(keep_prob * 2^32) - 2^31. The bits are the same
   under XLA (jit_compile) and TensorFlow's kernels, while their conversion
   to floats in [0, 1) is not, so a compiled pipeline cell draws the same
-  mask as an uncompiled one (pipeline/cell_compilation.py).
+  mask as an uncompiled one (pipeline/layout/cell_compilation.py).
   """
 
   USES_STEP_SEED = True

@@ -11,7 +11,7 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import embedding
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 
 
 class GPipeConvNetClassifier(PipelinedModel):

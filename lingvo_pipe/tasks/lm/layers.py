@@ -24,7 +24,7 @@ from lingvo_pipe.core import weights
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.pipelined_model import CarryLayer
 from lingvo_pipe.pipeline.pipelined_model import PipelinedModel
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 
 
 def Positions(length: int, dim: int, dtype: tf.DType) -> tf.Tensor:

@@ -19,7 +19,7 @@ from lingvo_pipe.core.layers import embedding
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import pipelined_model
-from lingvo_pipe.pipeline.schedule import ScheduleKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
 

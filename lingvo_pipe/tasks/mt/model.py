@@ -10,7 +10,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.tasks import decoding
 from lingvo_pipe.tasks.lm import model as lm_model
 from lingvo_pipe.tasks.mt import beam_search

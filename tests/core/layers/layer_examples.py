@@ -17,7 +17,7 @@ from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline import cells
+from lingvo_pipe.pipeline.layout import cells
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.tasks.image import amoebanet

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lingvo_pipe.pipeline import validate
+from lingvo_pipe.pipeline.schedules import validate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules import fill_drain
