@@ -177,13 +177,12 @@ def _Run() -> dict:
     after = _Bytes(pids) if workers else {}
     profiled = {}
     if FLAGS.run == 'local' and FLAGS.replicas > 1:
-      from lingvo_pipe.pipeline.schedules import schedule  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import bubble  # pylint: disable=g-import-not-at-top
       from lingvo_pipe.profiling import timeline  # pylint: disable=g-import-not-at-top
       with tempfile.TemporaryDirectory() as logdir:
         intervals = timeline.ProfileIntervals(
             lambda: Step(x), logdir, warmup=0,
-            tasks=schedule.FromActions(model.plan.Actions(FLAGS.m)),
+            schedule=model.plan.Actions(FLAGS.m),
             replica_devices=model.plan.DeviceNames())
       profiled = dict(
           profiled_step_us=max(i.end_us for i in intervals) - min(i.start_us for i in intervals),

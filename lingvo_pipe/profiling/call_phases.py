@@ -6,22 +6,24 @@ schedule gives the device; the calls' events come from trace_calls.
 
 from typing import List, Optional, Sequence, Tuple
 
-from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.profiling import trace_calls
 from lingvo_pipe.profiling.trace_calls import Call
 
 
-def DevicePhases(tasks: Optional[Sequence[schedule.Task]], device: int,
-                 num_calls: int) -> List[schedule.Phase]:
-  """The phases of device `device`'s tasks in schedule order; without
-  tasks, fill-drain's: num_calls // 2 forwards, then as many backwards."""
-  if tasks is None:
-    return ([schedule.Phase.FORWARD] * (num_calls // 2) +
-            [schedule.Phase.BACKWARD] * (num_calls - num_calls // 2))
-  return [t.phase for t in sorted(tasks, key=lambda t: t.clock) if t.device == device]
+def DevicePhases(schedule: Optional[actions.Schedule], device: int,
+                 num_calls: int) -> List[ActionKind]:
+  """The kinds of device `device`'s cell calls in schedule order: F, or the
+  backward's B or I (a W calls no cell); without a schedule, fill-drain's:
+  num_calls // 2 forwards, then as many backwards."""
+  if schedule is None:
+    return [ActionKind.F] * (num_calls // 2) + [ActionKind.B] * (num_calls - num_calls // 2)
+  return [a.kind for a in schedule.devices[device]
+          if a.kind in (ActionKind.F,) + actions.INPUT_BACKWARDS]
 
 
-def Split(calls: List[Call], phases: Sequence[schedule.Phase]
+def Split(calls: List[Call], phases: Sequence[ActionKind]
           ) -> Tuple[List[Call], List[Call]]:
   """(forward calls, backward calls) of one device, each in time order;
   `calls` in time order, `phases` those of the device's schedule
@@ -63,7 +65,7 @@ def Split(calls: List[Call], phases: Sequence[schedule.Phase]
   return InTimeOrder(forwards), InTimeOrder(backwards)
 
 
-def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[schedule.Phase]
+def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[ActionKind]
                           ) -> Tuple[List[Call], List[Call]]:
   """(forward calls, backward calls) of a device whose cells are compiled:
   its i-th call in time order runs the phase of its i-th task, as the
@@ -82,10 +84,10 @@ def _SplitInScheduleOrder(calls: List[Call], phases: Sequence[schedule.Phase]
   forwards: List[Call] = []
   backwards: List[Call] = []
   for i, (call, phase) in enumerate(zip(calls, phases)):
-    if phase == schedule.Phase.FORWARD and not call.compiled:
+    if phase == ActionKind.F and not call.compiled:
       raise ValueError(f'Call {i} of a device with compiled cells has per-op '
                        'events where its schedule runs a forward: its calls '
                        'did not run in schedule order, which the timeline of '
                        'compiled cells needs.')
-    (forwards if phase == schedule.Phase.FORWARD else backwards).append(call)
+    (forwards if phase == ActionKind.F else backwards).append(call)
   return forwards, backwards

@@ -4,7 +4,6 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
@@ -80,15 +79,14 @@ def Record(step_fn: Callable[[], Any], out_dir: str, warmup: int = 1,
     out_dir: where the profile, timeline.json and timeline.png go.
     warmup: unprofiled calls of step_fn first.
     schedule_actions: the step's schedule (None: fill-drain, a cell per
-      device), whose tasks (schedule.FromActions) label the calls.
+      device), whose actions label the calls.
     replica_devices: with replicas, [replica][device] their devices' names
       (timeline.Intervals).
 
   Returns:
     The step's Intervals.
   """
-  tasks = None if schedule_actions is None else schedule.FromActions(schedule_actions)
-  intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, tasks=tasks,
+  intervals = timeline.ProfileIntervals(step_fn, out_dir, warmup, schedule=schedule_actions,
                                        replica_devices=replica_devices)
   WriteChromeTrace(intervals, os.path.join(out_dir, 'timeline.json'), schedule_actions)
   WriteGantt(intervals, os.path.join(out_dir, 'timeline.png'), schedule_actions)

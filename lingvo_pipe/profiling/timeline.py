@@ -8,9 +8,9 @@ kept-scope names instead of as calls. Of the other calls on a device, the
 ones that run the fewest distinct ops are the forwards (a backward reruns
 part of the forward and adds gradient ops). Forwards in time order are
 micro-batches 0..M-1, backwards M-1..0 (the GPipe order), unless the
-schedule's tasks are given: then a device's forwards and backwards in time
-order are those of its order in the schedule (schedule.Tasks: 1F1B,
-interleaved, with cells on the device). Devices are ordered by their first
+schedule's actions are given: then a device's forwards and backwards in
+time order are those of its row of the schedule (1F1B, interleaved, with
+cells on the device). Devices are ordered by their first
 call (device k+1 waits for device k), or, with replicas, named: each
 replica runs the schedule on devices of its own, which the trace tells
 apart by name only (their first calls interleave). A device's
@@ -27,8 +27,8 @@ computation hides.
 
 Compiled cells (CellCompilation.XLA) show no ops: each compiled call is one
 XLA program run. A device with compiled calls has its calls labelled by
-position instead: its i-th call in time order runs the phase of its i-th
-task in schedule order (fill-drain: M forwards, then M backwards), which
+position instead: its i-th call in time order runs the kind of its i-th
+cell action in schedule order (fill-drain: M forwards, then M backwards), which
 the control edges between a device's calls guarantee. A recomputing
 backward is an uncompiled call (its accumulator updates) around a compiled
 gradient, so it has ops; one where the schedule has a forward is rejected.
@@ -45,12 +45,12 @@ pipelines sharing devices break the fewest-ops rule), its replicas given
 by their devices' names; gradient ops that run before the last recomputed
 op ends count as RECOMPUTE; a trace of several steps is rejected; a loop
 step (its actions are iterations of a tf.while_loop per device) is read
-as an unrolled one given its tasks, and without them rejected (its
+as an unrolled one given its schedule, and without it rejected (its
 iterations look like several steps in one loop). Compiled cells:
 recomputation runs inside the compiled gradient, so their backward is
 one BACKWARD interval with no RECOMPUTE; an interval is the XLA
 program's run, without the call's argument handling; the order rule needs a
-device's calls in schedule order, which a device breaks only where a task
+device's calls in schedule order, which a device breaks only where an action
 has nothing for the next to wait on (1F1B's first cell when no input is
 differentiable: its next forward may run before its backward, mislabelling
 both if both are compiled calls); compiled calls are recognised on the CPU
@@ -66,7 +66,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling import call_phases
 from lingvo_pipe.profiling import trace_calls
 from lingvo_pipe.profiling.trace_calls import Call
@@ -137,15 +137,15 @@ def _Materialize(tf: Any, outputs: Any) -> None:
   tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, outputs)
 
 
-def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None,
+def Intervals(space: Any, schedule: Optional[actions.Schedule] = None,
               replica_devices: Optional[Sequence[Sequence[str]]] = None
               ) -> List[Interval]:
   """The pipeline's busy intervals in one profiled step, sorted by start.
 
   Args:
     space: an XSpace (see LoadTrace) of exactly one pipelined training step.
-    tasks: the step's schedule.Tasks, which label each device's calls; None:
-      one cell per device in fill-drain order.
+    schedule: the step's schedule, whose actions label each device's
+      calls; None: one cell per device in fill-drain order.
     replica_devices: with replicas, [replica][device] the names of each
       replica's devices in pipeline order (plan.Plan.DeviceNames); None:
       one replica, its devices in the order of their first calls.
@@ -175,10 +175,10 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None,
     raise ValueError(f'The trace holds {len(steps)} steps with pipeline cell '
                      'calls; profile exactly one.')
   iterations = len({c.step[1] for c in calls})
-  if iterations > 1 and tasks is None:
+  if iterations > 1 and schedule is None:
     raise ValueError(f'The cell calls run in {iterations} loop iterations: a loop '
                      f'step (a clock an iteration) or {iterations} steps in one '
-                     'loop; pass the step\'s tasks to tell them apart, or profile '
+                     'loop; pass the step\'s schedule to tell them apart, or profile '
                      'exactly one step with steps_per_loop=1.')
   by_partition: Dict[int, List[Call]] = {}
   for call in sorted(calls, key=lambda c: c.Span()[0]):
@@ -188,14 +188,14 @@ def Intervals(space: Any, tasks: Optional[Sequence[schedule.Task]] = None,
   in_order = sorted(by_partition.values(), key=lambda cs: cs[0].Span()[0])
   devices = trace_calls.PartitionDevices(events)
   places = _Places([devices.get(cs[0].partition) for cs in in_order], replica_devices)
-  cells = [call_phases.Split(c, call_phases.DevicePhases(tasks, k, len(c)))
+  cells = [call_phases.Split(c, call_phases.DevicePhases(schedule, k, len(c)))
            for c, (_, k) in zip(in_order, places)]
   if len({len(forwards) for forwards, _ in cells}) != 1:
     raise ValueError(f'Forward calls per device are {[len(f) for f, _ in cells]}; '
                      'the cells of one pipeline step run M each.')
   origin = min(c.Span()[0] for c in calls)
   num_devices = len(replica_devices[0]) if replica_devices else len(cells)
-  labels = _Labels(tasks, num_devices, len(cells[0][0]))
+  labels = _Labels(schedule, num_devices, len(cells[0][0]))
   intervals: List[Interval] = []
   first_cell = {}  # partition -> its device's first cell, device and replica
   for i, ((forwards, backwards), (r, k)) in enumerate(zip(cells, places)):
@@ -245,21 +245,24 @@ def _Runs(call: Call, cuts: List[int]) -> List[Tuple[int, int]]:
 _Label = Tuple[int, int]  # (cell, micro-batch)
 
 
-def _Labels(tasks: Optional[Sequence[schedule.Task]], num_devices: int,
+def _Labels(schedule: Optional[actions.Schedule], num_devices: int,
             num_forwards: int) -> List[Tuple[List[_Label], List[_Label]]]:
   """Per device, the (cell, micro-batch) of its forwards and of its
-  backwards in time order."""
-  if tasks is None:
+  backwards (B or I) in time order: its row of the schedule."""
+  if schedule is None:
     return [([(k, m) for m in range(num_forwards)],
              [(k, m) for m in reversed(range(num_forwards))])
             for k in range(num_devices)]
+  if schedule.num_devices > num_devices:
+    raise ValueError(f'The schedule has {schedule.num_devices} devices; the trace '
+                     f'{num_devices}.')
   labels: List[Tuple[List[_Label], List[_Label]]] = [([], []) for _ in range(num_devices)]
-  for t in sorted(tasks, key=lambda t: (t.clock, t.device)):
-    if t.device >= num_devices:
-      raise ValueError(f'The schedule has device {t.device}; the trace '
-                       f'{num_devices} devices.')
-    labels[t.device][0 if t.phase == schedule.Phase.FORWARD else 1].append(
-        (t.cell, t.micro_batch))
+  for d, row in enumerate(schedule.devices):
+    for a in row:
+      if a.kind == actions.ActionKind.F:
+        labels[d][0].append((a.cell, a.micro))
+      elif a.kind in actions.INPUT_BACKWARDS:
+        labels[d][1].append((a.cell, a.micro))
   if any(len(f) != num_forwards for f, _ in labels):
     raise ValueError(f'The schedule runs {[len(f) for f, _ in labels]} forwards '
                      f'per device; the trace {num_forwards}: not one step of this '
@@ -321,11 +324,11 @@ def Union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
 
 def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
                      attempts: int = 3,
-                     tasks: Optional[Sequence[schedule.Task]] = None,
+                     schedule: Optional[actions.Schedule] = None,
                      replica_devices: Optional[Sequence[Sequence[str]]] = None
                      ) -> List[Interval]:
-  """Profiles one step (Profile) and returns its Intervals (of `tasks` and
-  `replica_devices`: Intervals), profiling another step when a trace does
+  """Profiles one step (Profile) and returns its Intervals (of `schedule`
+  and `replica_devices`: Intervals), profiling another step when a trace does
   not parse as one GPipe step: the profiler can lose a cell call's events
   (seen once, in a loaded test run: a device with one of its two calls).
   Raises Intervals' error of the last of `attempts` profiles."""
@@ -334,7 +337,7 @@ def ProfileIntervals(step_fn: Callable[[], Any], logdir: str, warmup: int = 1,
   for attempt in range(attempts):
     try:
       return Intervals(LoadTrace(Profile(step_fn, logdir, 0 if attempt else warmup)),
-                       tasks, replica_devices)
+                       schedule, replica_devices)
     except ValueError as e:
       error = e
       logging.warning('Profile %d of %d is not one GPipe step (%s)', attempt + 1,

@@ -143,10 +143,9 @@ def test_a_live_zero_bubble_step_shows_its_w_s(tmp_path):
   step = models.TrainStepWithLoss(pipe, 0, 4)
   x = tf.ones(shape)
   schedule = pipe.plan.Actions(4)
-  from lingvo_pipe.pipeline.schedules import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   for attempt in range(3):
     intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path / str(attempt)),
-                                          tasks=schedule_lib.FromActions(schedule))
+                                          schedule=schedule)
     inside = _WsInsideCalls(intervals)
     if not inside:
       break

@@ -267,14 +267,14 @@ def test_profile_of_a_live_step(tmp_path):
   # Refused by the schedule's forward count, or earlier where the profiler
   # kept a partial call (seen under load: op counts [2, 10, 10]).
   with pytest.raises(ValueError, match=r'profile exactly one, with steps_per_loop=1'):
-    timeline.Intervals(timeline.LoadTrace(loop), schedule.FromActions(pipe.plan.Actions(2)))
+    timeline.Intervals(timeline.LoadTrace(loop), pipe.plan.Actions(2))
 
 
-def test_a_loop_step_labelled_by_its_tasks(tmp_path):
-  """A loop step runs a clock per iteration: with the schedule's tasks the
+def test_a_loop_step_labelled_by_its_schedule(tmp_path):
+  """A loop step runs an action per iteration: with the schedule the
   timeline reads it as it reads an unrolled step (ZB-H1: each (cell,
   micro-batch) one forward and one backward, the forward first; W's that
-  ran in iterations of their own); without tasks it cannot tell clocks
+  ran in iterations of their own); without it it cannot tell iterations
   from steps and says so."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline.schedules import built_in  # pylint: disable=g-import-not-at-top
@@ -284,8 +284,8 @@ def test_a_loop_step_labelled_by_its_tasks(tmp_path):
                          loop_min_micro_batches=2)
   step = models.TrainStepWithLoss(pipe, 0, 4)
   x = tf.ones(shape)
-  tasks = schedule.FromActions(pipe.plan.Actions(4))
-  intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path), tasks=tasks)
+  intervals = timeline.ProfileIntervals(lambda: step(x), str(tmp_path),
+                                        schedule=pipe.plan.Actions(4))
   every = [(c, m) for c in (0, 1) for m in range(4)]
   starts = {}
   for phase in (Phase.FORWARD, Phase.BACKWARD):
@@ -296,22 +296,22 @@ def test_a_loop_step_labelled_by_its_tasks(tmp_path):
   for cell in (0, 1):
     assert len([i for i in intervals if i.cell == cell
                 and i.phase == Phase.WEIGHT_GRADIENTS]) > 1
-  with pytest.raises(ValueError, match='loop iterations.*pass the step\'s tasks'):
+  with pytest.raises(ValueError, match='loop iterations.*pass the step\'s schedule'):
     timeline.Intervals(timeline.LoadTrace(timeline.Profile(lambda: step(x),
                                                            str(tmp_path / 'no_tasks'))))
 
 
 def test_labels_follow_the_schedule_s_device_orders():
-  """Without tasks: fill-drain, a cell per device; with 1F1B's or the
-  interleaved schedule's tasks: each device's forwards and backwards in
+  """Without a schedule: fill-drain, a cell per device; with 1F1B or the
+  interleaved schedule: each device's forwards and backwards in
   the order of its schedule, with the cell that runs them."""
   from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind  # pylint: disable=g-import-not-at-top
   assert timeline._Labels(None, 2, 2) == [  # pylint: disable=protected-access
       ([(0, 0), (0, 1)], [(0, 1), (0, 0)]), ([(1, 0), (1, 1)], [(1, 1), (1, 0)])]
-  one_f = schedule.Tasks(ScheduleKind.ONE_F_ONE_B, 2, 2)
+  one_f = schedule.Actions(ScheduleKind.ONE_F_ONE_B, 2, 2)
   assert timeline._Labels(one_f, 2, 2) == [  # pylint: disable=protected-access
       ([(0, 0), (0, 1)], [(0, 0), (0, 1)]), ([(1, 0), (1, 1)], [(1, 0), (1, 1)])]
-  interleaved = schedule.Tasks(ScheduleKind.INTERLEAVED, 2, 2, 2)
+  interleaved = schedule.Actions(ScheduleKind.INTERLEAVED, 2, 2, 2)
   assert timeline._Labels(interleaved, 2, 4)[0] == (  # pylint: disable=protected-access
       [(0, 0), (0, 1), (2, 0), (2, 1)], [(2, 0), (2, 1), (0, 0), (0, 1)])
   with pytest.raises(ValueError, match='runs \\[4, 4\\] forwards per device; the trace 2'):

@@ -15,6 +15,7 @@ import tensorflow as tf
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline
@@ -24,7 +25,7 @@ K, M = 2, 3
 
 
 def _Profile(tmp_path, kind: ScheduleKind, jit: gpipe.CellCompilation):
-  """The intervals of one profiled training step, and the schedule's tasks
+  """The intervals of one profiled training step, and the schedule's actions
   (None for fill-drain)."""
   layers = [linear.ProjectionLayer.Params().Set(
       name=f'p{i}', input_dim=16, output_dim=16, activation=linear.Activation.RELU)
@@ -45,11 +46,11 @@ def _Profile(tmp_path, kind: ScheduleKind, jit: gpipe.CellCompilation):
         loss = pipe.FPropWithLoss(pipe.theta, lambda y: tf.reduce_sum(tf.square(y)), x)[0]
     return loss, tape.gradient(loss, pipe.trainable_variables)
 
-  tasks = None if fill_drain else schedule.Tasks(kind, K, M)
-  return timeline.ProfileIntervals(Step, str(tmp_path), tasks=tasks), tasks
+  actions = None if fill_drain else schedule.Actions(kind, K, M)
+  return timeline.ProfileIntervals(Step, str(tmp_path), schedule=actions), actions
 
 
-def _CheckStructure(intervals, tasks):
+def _CheckStructure(intervals, actions):
   """Every (cell, micro-batch) has one forward and one backward; each cell's
   phases follow its schedule (fill-drain: forwards 0..M-1, backwards
   M-1..0); a micro-batch's backward starts after its forward ends; the
@@ -63,13 +64,12 @@ def _CheckStructure(intervals, tasks):
   for k in range(K):
     mine = sorted((i for i in intervals if i.cell == k and
                    i.phase in (Phase.FORWARD, Phase.BACKWARD)), key=lambda i: i.start_us)
-    if tasks is None:
+    if actions is None:
       expected = ([(Phase.FORWARD, m) for m in range(M)] +
                   [(Phase.BACKWARD, m) for m in reversed(range(M))])
     else:
-      expected = [(Phase.FORWARD if t.phase == schedule.Phase.FORWARD else Phase.BACKWARD,
-                   t.micro_batch)
-                  for t in sorted(tasks, key=lambda t: t.clock) if t.cell == k]
+      expected = [(Phase.FORWARD if a.kind == ActionKind.F else Phase.BACKWARD, a.micro)
+                  for a in actions.devices[k] if a.kind != ActionKind.W]
     assert [(i.phase, i.micro_batch) for i in mine] == expected
     for m in range(M):
       forward, backward = (next(i for i in mine if (i.phase, i.micro_batch) == (p, m))
@@ -80,8 +80,8 @@ def _CheckStructure(intervals, tasks):
 
 @pytest.mark.parametrize('kind', [ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B])
 def test_compiled_cells(tmp_path, kind):
-  intervals, tasks = _Profile(tmp_path, kind, gpipe.CellCompilation.XLA)
-  _CheckStructure(intervals, tasks)
+  intervals, actions = _Profile(tmp_path, kind, gpipe.CellCompilation.XLA)
+  _CheckStructure(intervals, actions)
   # The recomputation runs inside the compiled gradient: no RECOMPUTE.
   assert all(i.phase != Phase.RECOMPUTE for i in intervals)
 
@@ -89,8 +89,8 @@ def test_compiled_cells(tmp_path, kind):
 def test_one_f_one_b_keeps_every_micro_batch_of_the_last_cell(tmp_path):
   """Uncompiled 1F1B: the last cell keeps all M micro-batches, each its own
   kept forward and backward scope; the first cell recomputes."""
-  intervals, tasks = _Profile(tmp_path, ScheduleKind.ONE_F_ONE_B,
+  intervals, actions = _Profile(tmp_path, ScheduleKind.ONE_F_ONE_B,
                               gpipe.CellCompilation.NONE)
-  _CheckStructure(intervals, tasks)
+  _CheckStructure(intervals, actions)
   recomputed = {(i.cell, i.micro_batch) for i in intervals if i.phase == Phase.RECOMPUTE}
   assert {k for k, _ in recomputed} == {0}

@@ -1,11 +1,9 @@
-"""Schedules as tasks on clocks: the view that tables, the timeline and the planner read.
+"""The built-in schedules by kind, their clock tables and their bubble.
 
-The schedules themselves are data (schedules/: per device its actions);
-Tasks gives a schedule's forwards and backwards with the clock each starts
-at when every action takes one clock (simulate), for the clock tables
-below, the timeline's labels and the planner's counts. An I is the
-backward here and a W, which sends nothing on, is left out.
-F3 is the forward of micro-batch 3 on a cell, B3 its backward; '.' is idle.
+The schedules themselves are data (per device its actions); ClockTable
+shows one with every action one clock long (simulate), as below, and
+Bubble its idle share with F = I = W. F3 is the forward of micro-batch 3
+on a cell, B3 its backward (I3 and W3 where it is split); '.' is idle.
 
 GPIPE, fill-drain (Huang et al.): every forward, then every backward.
 K=3 devices, M=4 micro-batches:
@@ -44,42 +42,15 @@ is micro-batch 1 on cell 2):
     dev 0  F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0    . B2.2    . B3.2 B2.0 B3.0
     dev 1     . F0.1 F1.1 F0.3 B0.3 F1.3 B1.3 F2.1 B0.1 F3.1 B1.1 F2.3 B2.3 F3.3 B3.3 B2.1 B3.1    .
 
-Clocks come from running each device's order with unit-time tasks, each
-task starting when its device is free and its inputs are ready: F(j, m)
+Clocks come from running each device's order with unit-time actions, each
+action starting when its device is free and its inputs are ready: F(j, m)
 after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 """
-
-import dataclasses
-import enum
-from typing import List, Sequence
 
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
-
-class Phase(enum.Enum):
-  FORWARD = 'forward'
-  BACKWARD = 'backward'
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-  """Cell `cell` runs `phase` of micro-batch `micro_batch` at `clock` on
-  device `device` (cell mod the number of devices)."""
-  clock: int
-  cell: int
-  micro_batch: int
-  phase: Phase
-  device: int = -1
-
-  def __post_init__(self) -> None:
-    if self.device < 0:  # one cell per device unless said otherwise
-      object.__setattr__(self, 'device', self.cell)
-
-  @property
-  def label(self) -> str:
-    return f'{"F" if self.phase == Phase.FORWARD else "B"}{self.micro_batch}'
 
 
 def BubbleFraction(num_cells: int, num_micro_batches: int) -> float:
@@ -106,39 +77,19 @@ def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
                         built_in.CellsPerDeviceParam(kind, cells_per_device))
 
 
-def FromActions(schedule: actions.Schedule) -> List[Task]:
-  """The forwards and backwards (B or I) of `schedule` with their unit-time
-  clocks, by clock then device."""
+def ClockTable(schedule: actions.Schedule) -> str:
+  """The clock table of the module docstring: every action one clock, a
+  row per device, a column per clock, each action's kind and micro-batch
+  (F3, I3, W3, B3), and with several cells per device its cell (F3.2)."""
   timeline = simulate.Simulate(schedule, simulate.UNIT_COSTS).timeline
-  phases = {actions.ActionKind.F: Phase.FORWARD, actions.ActionKind.B: Phase.BACKWARD,
-            actions.ActionKind.I: Phase.BACKWARD}
-  tasks = [Task(int(t.start), t.action.cell, t.action.micro,
-                phases[t.action.kind], t.device)
-           for row in timeline for t in row if t.action.kind in phases]
-  return sorted(tasks, key=lambda t: (t.clock, t.device))
-
-
-def Tasks(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
-          cells_per_device: int = 1) -> List[Task]:
-  """Every forward and backward of built-in schedule `kind` (FromActions).
-
-  Raises:
-    ValueError: for sizes the schedule cannot run (Actions).
-  """
-  return FromActions(Actions(kind, num_devices, num_micro_batches, cells_per_device))
-
-
-def ClockTable(tasks: Sequence[Task]) -> str:
-  """The clock table of the module docstring: a row per device, a column
-  per clock; with several cells per device a task reads F<m>.<cell>."""
-  num_devices = max(t.device for t in tasks) + 1
-  several = any(t.cell != t.device for t in tasks)
-  labels = {(t.device, t.clock): t.label + (f'.{t.cell}' if several else '')
-            for t in tasks}
+  several = any(c != d for c, d in enumerate(schedule.cell_devices))
+  labels = {(t.device, int(t.start)): f'{t.action.kind.value}{t.action.micro}' + (
+      f'.{t.action.cell}' if several else '')
+            for row in timeline for t in row if t.action.kind != actions.ActionKind.REDUCE}
   width = max(len(x) for x in labels.values())
-  clocks = range(max(t.clock for t in tasks) + 1)
+  clocks = range(max(c for _, c in labels) + 1)
   rows = ['clock  ' + ' '.join(f'{c:>{width}}' for c in clocks)]
-  for d in range(num_devices):
+  for d in range(schedule.num_devices):
     rows.append(f'dev {d:<2} ' + ' '.join(
         f'{labels.get((d, c), "."):>{width}}' for c in clocks))
   return '\n'.join(rows)

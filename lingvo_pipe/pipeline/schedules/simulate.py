@@ -75,7 +75,7 @@ class Costs:
                          'or a single number.')
 
 
-# Every action one clock long: the clock tables (schedule.Tasks).
+# Every action one clock long: the clock tables (schedule.ClockTable).
 UNIT_COSTS = Costs(forward=1.0, backward_input=1.0, backward_weight=1.0, backward=1.0)
 
 

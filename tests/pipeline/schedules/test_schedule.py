@@ -1,10 +1,11 @@
-"""The clock tables of the schedules (schedule.Tasks, every action one clock) and what they count."""
+"""The clock tables of the schedules (every action one clock) and what they count."""
 
 import pytest
 
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
-from lingvo_pipe.pipeline.schedules.schedule import Phase, ScheduleKind
+from lingvo_pipe.pipeline.schedules.actions import ActionKind
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 
 KIND = ScheduleKind
 
@@ -15,7 +16,7 @@ def test_bubble_fraction():
 
 
 def test_gpipe_table_k3_m4():
-  assert schedule.ClockTable(schedule.Tasks(KIND.GPIPE, 3, 4)) == '\n'.join([
+  assert schedule.ClockTable(schedule.Actions(KIND.GPIPE, 3, 4)) == '\n'.join([
       'clock   0  1  2  3  4  5  6  7  8  9 10 11',
       'dev 0  F0 F1 F2 F3  .  .  .  . B3 B2 B1 B0',
       'dev 1   . F0 F1 F2 F3  .  . B3 B2 B1 B0  .',
@@ -24,7 +25,7 @@ def test_gpipe_table_k3_m4():
 
 def test_one_f_one_b_table_k3_m4():
   """Warm-up K-k-1 forwards, one forward one backward, cool-down."""
-  assert schedule.ClockTable(schedule.Tasks(KIND.ONE_F_ONE_B, 3, 4)) == '\n'.join([
+  assert schedule.ClockTable(schedule.Actions(KIND.ONE_F_ONE_B, 3, 4)) == '\n'.join([
       'clock   0  1  2  3  4  5  6  7  8  9 10 11',
       'dev 0  F0 F1 F2  .  . B0 F3 B1  . B2  . B3',
       'dev 1   . F0 F1  . B0 F2 B1 F3 B2  . B3  .',
@@ -34,7 +35,7 @@ def test_one_f_one_b_table_k3_m4():
 def test_interleaved_table_k2_m4_v2():
   """Cells 0, 2 on device 0 and 1, 3 on device 1; micro-batches in groups
   of K=2; device d warms up with 2(K-d-1) + (v-1)K forwards."""
-  assert schedule.ClockTable(schedule.Tasks(KIND.INTERLEAVED, 2, 4, 2)) == '\n'.join([
+  assert schedule.ClockTable(schedule.Actions(KIND.INTERLEAVED, 2, 4, 2)) == '\n'.join([
       'clock     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15   16   17',
       'dev 0  F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0    . B2.2    . B3.2 B2.0 B3.0',
       'dev 1     . F0.1 F1.1 F0.3 B0.3 F1.3 B1.3 F2.1 B0.1 F3.1 B1.1 F2.3 B2.3 F3.3 B3.3 B2.1 B3.1    .'])
@@ -50,25 +51,36 @@ _SHAPES = [(KIND.GPIPE, k, m, 1) for k, m in [(1, 1), (2, 3), (4, 8), (8, 16), (
 @pytest.mark.parametrize('kind,k,m,v', _SHAPES)
 def test_properties_of_every_schedule(kind, k, m, v):
   """Each (cell, micro-batch) forward and backward exactly once, on device
-  cell mod K; a device runs one task per clock; F(j, m) after F(j-1, m);
-  B(j, m) after F(j, m) and B(j+1, m); the list is in clock order."""
-  tasks = schedule.Tasks(kind, k, m, v)
+  cell mod K; a device runs one action per clock (every action one
+  clock); F(j, m) after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m)."""
+  timeline = simulate.Simulate(schedule.Actions(kind, k, m, v), simulate.UNIT_COSTS).timeline
+  timed = [t for row in timeline for t in row]
   cells = k * v
-  for phase in Phase:
-    assert sorted((t.cell, t.micro_batch) for t in tasks if t.phase == phase) == [
-        (c, b) for c in range(cells) for b in range(m)]
-  assert all(t.device == t.cell % k for t in tasks)
-  slots = [(t.device, t.clock) for t in tasks]
+  for kinds in ((ActionKind.F,), (ActionKind.B,)):
+    assert sorted((t.action.cell, t.action.micro) for t in timed
+                  if t.action.kind in kinds) == [(c, b) for c in range(cells) for b in range(m)]
+  assert all(t.device == t.action.cell % k for t in timed)
+  slots = [(t.device, t.start) for t in timed]
   assert len(slots) == len(set(slots))
-  assert [t.clock for t in tasks] == sorted(t.clock for t in tasks)
-  clock = {(t.phase, t.cell, t.micro_batch): t.clock for t in tasks}
+  clock = {(t.action.kind, t.action.cell, t.action.micro): t.start for t in timed}
+  F, B = ActionKind.F, ActionKind.B
   for c in range(cells):
     for b in range(m):
-      assert clock[(Phase.BACKWARD, c, b)] > clock[(Phase.FORWARD, c, b)]
+      assert clock[(B, c, b)] > clock[(F, c, b)]
       if c:
-        assert clock[(Phase.FORWARD, c, b)] > clock[(Phase.FORWARD, c - 1, b)]
+        assert clock[(F, c, b)] > clock[(F, c - 1, b)]
       if c + 1 < cells:
-        assert clock[(Phase.BACKWARD, c, b)] > clock[(Phase.BACKWARD, c + 1, b)]
+        assert clock[(B, c, b)] > clock[(B, c + 1, b)]
+
+
+def test_a_zero_bubble_table_shows_i_and_w():
+  """ZB-H1 K=2 M=2, the backwards split into I and W, each a clock: the
+  last device defers its W's behind its I's, which the first device's
+  I's wait for."""
+  assert schedule.ClockTable(schedule.Actions(KIND.ZB_H1, 2, 2)) == '\n'.join([
+      'clock   0  1  2  3  4  5  6',
+      'dev 0  F0 F1  . I0 W0 I1 W1',
+      'dev 1   . F0 I0 F1 I1 W0 W1'])
 
 
 @pytest.mark.parametrize('k,m', [(1, 4), (2, 3), (3, 4), (4, 8), (4, 2), (8, 32)])
@@ -112,7 +124,7 @@ def test_interleaved_takes_any_m(k, m, v):
 ])
 def test_bad_shapes_raise(kind, k, m, v, match):
   with pytest.raises(ValueError, match=match):
-    schedule.Tasks(kind, k, m, v)
+    schedule.Actions(kind, k, m, v)
 
 
 @pytest.mark.parametrize('k,m', [(2, 4), (4, 8), (4, 4)])
