@@ -28,17 +28,19 @@ from benchmarks import runner
 from benchmarks import schedule_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list('workloads', ['ffn', 'transformer'], 'Workloads of docs/workloads.md.')
-flags.DEFINE_integer('k', 2, 'Devices.')
-flags.DEFINE_integer('m', 4, 'Micro-batches (a loop from this M: loop_min_micro_batches=M).')
-flags.DEFINE_list('schedules', list(schedule_flags.SCHEDULES), 'pipeline_bench --schedule values.')
-flags.DEFINE_list('remats', ['none', 'per_cell'], 'Remat policies.')
-flags.DEFINE_list('emissions', ['unrolled', 'loop'], 'unrolled, and a loop per device from M.')
-flags.DEFINE_integer('num_layers', 0, "Override the workloads' L (0: keep).")
-flags.DEFINE_integer('batch', 0, "Override the workloads' batch size (0: keep).")
-flags.DEFINE_float('timeout_s', 900, 'Per run.')
-
 MB = 2.0**20
+
+
+def _DefineFlags() -> None:
+  flags.DEFINE_list('workloads', ['ffn', 'transformer'], 'Workloads of docs/workloads.md.')
+  flags.DEFINE_integer('k', 2, 'Devices.')
+  flags.DEFINE_integer('m', 4, 'Micro-batches (a loop from this M: loop_min_micro_batches=M).')
+  flags.DEFINE_list('schedules', list(schedule_flags.SCHEDULES), 'pipeline_bench --schedule values.')
+  flags.DEFINE_list('remats', ['none', 'per_cell'], 'Remat policies.')
+  flags.DEFINE_list('emissions', ['unrolled', 'loop'], 'unrolled, and a loop per device from M.')
+  flags.DEFINE_integer('num_layers', 0, "Override the workloads' L (0: keep).")
+  flags.DEFINE_integer('batch', 0, "Override the workloads' batch size (0: keep).")
+  flags.DEFINE_float('timeout_s', 900, 'Per run.')
 
 
 def Workload(name: str):
@@ -138,4 +140,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _DefineFlags()
   app.run(main)
