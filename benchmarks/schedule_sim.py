@@ -21,10 +21,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from absl import app
 from absl import flags
 
-from lingvo_pipe.pipeline.schedules import schedule_text
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
+from lingvo_pipe.pipeline.schedules import simulate
 
 FLAGS = flags.FLAGS
 _NAMES = {'fill_drain': 'fill-drain (GPipe)', 'one_f_one_b': '1F1B',

@@ -22,8 +22,8 @@ from absl import app
 from absl import flags
 
 from benchmarks import runner
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import simulate
 
 SCHEDULES = ('one_f_one_b', 'zb_h1', 'zb_h2', 'zb_v')
 MICRO_BATCHES = (4, 8)

@@ -16,13 +16,13 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import device_mapping
-from lingvo_pipe.pipeline.layout import cells as cells_lib
-from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import plan as plan_lib
-from lingvo_pipe.pipeline import planner
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.schedules import schedule
 

@@ -7,8 +7,8 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.lowering import program
-from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import record
 from lingvo_pipe.profiling import timeline

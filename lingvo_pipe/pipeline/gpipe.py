@@ -20,23 +20,24 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import precision
-from lingvo_pipe.pipeline.layout import cell_compilation
 from lingvo_pipe.pipeline.cell import cell_runner
+from lingvo_pipe.pipeline.layout import cell_compilation
 from lingvo_pipe.pipeline.layout import cells
 from lingvo_pipe.pipeline.layout import cluster
-from lingvo_pipe.pipeline.step import executor
-from lingvo_pipe.pipeline.step.loop import loop_executor
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.layout import plan as plan_lib
+from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.replicas import replica_batches
 from lingvo_pipe.pipeline.replicas import replica_variables
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.step import executor
 from lingvo_pipe.pipeline.step import step_runner
 from lingvo_pipe.pipeline.step import train_step
-from lingvo_pipe.pipeline.schedules import schedule
-from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
-from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.step.loop import loop_executor
+from lingvo_pipe.pipeline.step.loop import loop_queues
 
 
 class PipeliningLayer(base_layer.BaseLayer):
@@ -132,11 +133,12 @@ class PipeliningLayer(base_layer.BaseLayer):
              '(pipeline/layout/cell_compilation.py says what stays outside).')
     return p
 
-  # Views of the layers (cells.CellView), traced functions, data and the
-  # replicas' copies (replica_variables): none is the model's variables.
+  # Views of the layers (cells.CellView), traced functions, data, the
+  # replicas' copies (replica_variables) and the loop steps' queue names:
+  # none is the model's variables.
   _TF_MODULE_IGNORED_PROPERTIES = frozenset(
       ('_cells', '_cell_layer_indices', '_replica_runners', 'plan',
-       'replica_variables')).union(
+       'replica_variables', '_queue_names')).union(
           base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -172,6 +174,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['_replica_runners'] = [
         [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(views, row)]
         for row in self.replica_devices]
+    self.__dict__['_queue_names'] = loop_queues.QueueNames()
 
   @property
   def cells(self) -> List[base_layer.BaseLayer]:
@@ -298,11 +301,12 @@ class PipeliningLayer(base_layer.BaseLayer):
                 else resolved.Emission(num_micro))
     step = (program.Step.EVALUATION if not training else
             program.Step.LOSS_OUTSIDE if loss_fn is None else program.Step.LOSS_INSIDE)
-    emit = (loop_executor.LoopExecutor if emission == program.Emission.LOOP
-            else executor.Executor)
     micro_loss = None if loss_fn is None else _MicroLoss(loss_fn, loss_inputs, batches)
-    return emit(resolved, resolved.Program(num_micro, step, emission), self._replica_runners,
-                thetas, batches.micro_inputs, batches.micro_size, micro_loss), batches
+    args = (resolved, resolved.Program(num_micro, step, emission), self._replica_runners,
+            thetas, batches.micro_inputs, batches.micro_size, micro_loss)
+    if emission == program.Emission.LOOP:
+      return loop_executor.LoopExecutor(*args, self._queue_names), batches
+    return executor.Executor(*args), batches
 
   def _ApplyCellUpdates(self, summed: List[NestedMap]) -> None:
     for k, cell in enumerate(self.cells):

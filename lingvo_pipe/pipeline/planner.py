@@ -67,9 +67,9 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
-from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
 
 @dataclasses.dataclass

@@ -13,9 +13,9 @@ no W.
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
-from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.profiling.timeline import Interval, Phase, Union
 
 

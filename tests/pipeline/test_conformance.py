@@ -23,8 +23,8 @@ from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.step.loop import loop_executor
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+from lingvo_pipe.pipeline.step.loop import loop_executor
 
 from tests import bfloat16_transparency
 from tests import transparency

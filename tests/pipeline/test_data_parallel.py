@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import step_seeds
-from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.cell import scope_names
+from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.replicas import replica_variables
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind

@@ -4,11 +4,11 @@ recommendation, errors, and that it partitions like PipeliningLayer."""
 import pytest
 
 from lingvo_pipe.core.layers import linear
-from lingvo_pipe.pipeline.lowering.remat import RematPolicy
-from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind

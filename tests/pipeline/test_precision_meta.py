@@ -5,9 +5,9 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import base_params
-from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import planner
+from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from trainer import experiment_params
 from trainer import inspection

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.cell import scope_names
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 from tests import transparency

@@ -5,8 +5,8 @@ intervals of their own."""
 
 import pytest
 
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.profiling import bubble
 from lingvo_pipe.profiling import timeline

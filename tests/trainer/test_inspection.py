@@ -7,8 +7,8 @@ import pytest
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules import schedule
 from trainer import inspection
 
 

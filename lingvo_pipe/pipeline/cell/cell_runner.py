@@ -35,10 +35,10 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.cell import cell_gradients
 from lingvo_pipe.pipeline.cell import deferred_grads
-from lingvo_pipe.pipeline.lowering import remat
 from lingvo_pipe.pipeline.cell import scope_names
 from lingvo_pipe.pipeline.cell.cell_gradients import GradSink
 from lingvo_pipe.pipeline.cell.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline.lowering import remat
 
 # A traced function's key: (sink, eval mode, M, decision); the forward's has
 # sink None, M 1 and decision None. Per eval mode: layers read it while

@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.pipeline.layout import cluster
-from lingvo_pipe.pipeline.schedules import schedule_text
-from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.layout.cluster import Device, DeviceType
+from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
 
 Places = List[List[Device]]  # [replica][cell]
 

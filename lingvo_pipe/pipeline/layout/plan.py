@@ -17,15 +17,15 @@ from absl import logging
 
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import device_mapping
+from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.lowering import loop_tables
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering import remat
+from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules import schedule as clock_tables
 from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.schedules import simulate
-from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
-from lingvo_pipe.pipeline.schedules import actions
-from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 ScheduleSpec = Union[ScheduleKind, str]  # a built-in kind, or a text

@@ -35,8 +35,8 @@ import functools
 from typing import Dict, FrozenSet, Mapping, Tuple
 
 from lingvo_pipe.pipeline.lowering import remat
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 
 

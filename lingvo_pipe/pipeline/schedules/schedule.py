@@ -47,9 +47,9 @@ action starting when its device is free and its inputs are ready: F(j, m)
 after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 """
 
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 

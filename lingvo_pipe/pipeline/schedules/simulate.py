@@ -27,8 +27,8 @@ B = I + W, ZB-H1 idles (K-1)(F+I-W), a third of 1F1B's (K-1)(F+I+W)
 import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from lingvo_pipe.pipeline.schedules import validate
 from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import validate
 
 PerCell = Union[float, Sequence[float]]
 Kind = actions.ActionKind

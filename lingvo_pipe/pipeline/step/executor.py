@@ -46,8 +46,8 @@ from lingvo_pipe.pipeline.cell import cell_runner
 from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering import remat
-from lingvo_pipe.pipeline.step import step_runner
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
+from lingvo_pipe.pipeline.step import step_runner
 
 @dataclasses.dataclass
 class _Forward:

@@ -19,8 +19,8 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import precision
 from lingvo_pipe.core import step_seeds
-from lingvo_pipe.pipeline.replicas import all_reduce
 from lingvo_pipe.pipeline.cell.cell_gradients import IsDifferentiable
+from lingvo_pipe.pipeline.replicas import all_reduce
 
 # The per-micro-batch loss: (the last cell's outputs of micro-batch m of
 # replica r (a tensor, or a tuple for several), r, m) -> a scalar; m is a

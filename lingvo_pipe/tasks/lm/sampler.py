@@ -27,8 +27,8 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline import pipelined_model
+from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.tasks.lm import layers as lm_layers
 

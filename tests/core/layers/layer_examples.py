@@ -17,9 +17,9 @@ from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline.layout import cells
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline import pipelined_model
+from lingvo_pipe.pipeline.layout import cells
 from lingvo_pipe.tasks.image import amoebanet
 from lingvo_pipe.tasks.image import layers as image_layers
 from lingvo_pipe.tasks.image import model as image_model

@@ -10,8 +10,8 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core import weight_grad_deferral
 from lingvo_pipe.core import weights
-from lingvo_pipe.pipeline.cell import deferred_grads
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.cell import deferred_grads
 
 from tests import transparency
 from tests.pipeline import pipeline_models as models

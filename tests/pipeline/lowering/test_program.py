@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from lingvo_pipe.pipeline.lowering import program
-from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import actions
+from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
 NONE, PER_CELL, PER_LAYER = RematPolicy.NONE, RematPolicy.PER_CELL, RematPolicy.PER_LAYER

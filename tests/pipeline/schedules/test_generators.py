@@ -2,12 +2,12 @@
 
 import pytest
 
-from lingvo_pipe.pipeline.schedules import validate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules import fill_drain
 from lingvo_pipe.pipeline.schedules import interleaved
 from lingvo_pipe.pipeline.schedules import one_f_one_b
+from lingvo_pipe.pipeline.schedules import validate
 from lingvo_pipe.pipeline.schedules import zero_bubble
 
 ScheduleKind = built_in.ScheduleKind

@@ -2,10 +2,10 @@
 
 import pytest
 
-from lingvo_pipe.pipeline.schedules import schedule_text
-from lingvo_pipe.pipeline.schedules import validate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
+from lingvo_pipe.pipeline.schedules import validate
 
 ScheduleKind = built_in.ScheduleKind
 

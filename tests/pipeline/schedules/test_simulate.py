@@ -2,10 +2,10 @@
 
 import pytest
 
-from lingvo_pipe.pipeline.schedules import schedule_text
-from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
+from lingvo_pipe.pipeline.schedules import simulate
 
 ScheduleKind = built_in.ScheduleKind
 EQUAL_F_B = simulate.Costs(forward=1, backward=1)  # a B takes one clock, as an F

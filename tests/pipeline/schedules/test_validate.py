@@ -2,9 +2,9 @@
 
 import pytest
 
+from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.schedules import validate
-from lingvo_pipe.pipeline.schedules import actions
 
 
 def _Refusal(text, **kwargs):

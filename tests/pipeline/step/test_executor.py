@@ -9,13 +9,13 @@ import tensorflow as tf
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.lowering import loop_tables
 from lingvo_pipe.pipeline.layout import plan as plan_lib
-from lingvo_pipe.pipeline.lowering import program
-from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
+from lingvo_pipe.pipeline.lowering import loop_tables
+from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import built_in
+from lingvo_pipe.pipeline.schedules import schedule_text
 from lingvo_pipe.pipeline.schedules.actions import ActionKind
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 

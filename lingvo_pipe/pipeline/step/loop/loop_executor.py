@@ -9,8 +9,9 @@ gradients in one on the previous cell's device. So no device waits for
 another's iteration (as one loop over clocks for all devices would: each
 clock then as long as its longest action, and every tensor a device reads
 crossing devices through the loop's frame every clock). The queues are
-the step's own (created in its graph, drained at its start, so a step
-that failed halfway leaves nothing behind).
+the pipeline's, named per loop step of a graph (loop_queues.QueueNames:
+a retrace reuses them) and drained at the step's start, so a step that
+failed halfway leaves nothing behind.
 
 What a device keeps between its iterations are its loop's arrays (each
 written every iteration, to a spare slot when nothing is due: no write
@@ -44,16 +45,16 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline.cell import cell_runner
+from lingvo_pipe.pipeline.layout import plan as plan_lib
+from lingvo_pipe.pipeline.lowering import loop_tables
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.loop_tables import F, KINDS, W, X
+from lingvo_pipe.pipeline.step import step_runner
 from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.step.loop import loop_probes
 from lingvo_pipe.pipeline.step.loop import loop_queues
 from lingvo_pipe.pipeline.step.loop import loop_results
 from lingvo_pipe.pipeline.step.loop import loop_state
-from lingvo_pipe.pipeline.lowering import loop_tables
-from lingvo_pipe.pipeline.layout import plan as plan_lib
-from lingvo_pipe.pipeline.lowering import program
-from lingvo_pipe.pipeline.step import step_runner
-from lingvo_pipe.pipeline.lowering.loop_tables import F, KINDS, W, X
 
 
 class LoopExecutor:
@@ -69,13 +70,15 @@ class LoopExecutor:
     micro_size: examples per micro-batch (dropout masks index examples).
     loss_fn: the per-micro-batch loss (Run, or evaluation's Loss), or None
       (Forwards, Backwards).
+    queue_names: the pipeline's names of its queues (loop_queues).
   """
 
   def __init__(self, plan: plan_lib.Plan, step: program.Program,
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn] = None) -> None:
+               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn],
+               queue_names: loop_queues.QueueNames) -> None:
     if step.emission != program.Emission.LOOP:
       raise ValueError(f'A loop step runs a program lowered for the loop, not {step.emission}.')
     self._plan, self._program = plan, step
@@ -107,8 +110,10 @@ class LoopExecutor:
         [runner.gradients.SumSpecs([i for i, _ in layout]) if split else []
          for runner, layout, split in zip(self._runners[0], self._layouts, tables.split)],
         loss_spec)
-    self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro)
-                    for row in self._runners]
+    prefix = queue_names.Step()
+    self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro,
+                                      f'{prefix}_r{r}')
+                    for r, row in enumerate(self._runners)]
     self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state
     for row in self._runners:
       self._state.append([])

@@ -17,9 +17,9 @@ import tensorflow as tf
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.cell import cell_gradients
 from lingvo_pipe.pipeline.cell import cell_runner
-from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.lowering import remat
 from lingvo_pipe.pipeline.step import step_runner
+from lingvo_pipe.pipeline.step.loop import loop_arrays
 
 # Per cell: (weight index, specs of its flat factor pairs) of each weight
 # whose gradient its backward defers.

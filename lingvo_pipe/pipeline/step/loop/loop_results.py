@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.cell import cell_runner
+from lingvo_pipe.pipeline.cell.cell_gradients import IsDifferentiable
 from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.step.loop import loop_probes
-from lingvo_pipe.pipeline.cell.cell_gradients import IsDifferentiable
 
 
 def LastOutputs(outs: Sequence[tf.TensorArray], specs: Sequence[tf.TensorSpec],

@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from lingvo_pipe.pipeline.cell import cell_gradients
 from lingvo_pipe.pipeline.lowering import loop_tables
-from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.lowering.loop_tables import F, X
+from lingvo_pipe.pipeline.step.loop import loop_arrays
 
 Pieces = List[Dict[str, List[tf.Tensor]]]  # per cell on the device, per key
 
