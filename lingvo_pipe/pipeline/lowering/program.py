@@ -92,10 +92,6 @@ class Program:
   weight_runs: Mapping[Tuple[int, int], Tuple[int, ...]]
 
   @property
-  def num_micro(self) -> int:
-    return self.schedule.num_micro_batches
-
-  @property
   def kept(self) -> FrozenSet[Tuple[int, int]]:
     """(cell, micro-batch) of every forward kept on a tape for its backward."""
     return frozenset(key for key, d in self.decisions.items() if d.record)
