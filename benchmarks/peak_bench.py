@@ -17,6 +17,7 @@ middle and by the measured peak (Spearman's rho, ties averaged).
   python -m benchmarks.peak_bench --workloads=ffn,transformer --k=2 --m=4
 """
 
+import dataclasses
 import json
 import sys
 from typing import Dict, List, Sequence
@@ -45,7 +46,6 @@ def _DefineFlags() -> None:
 
 def Workload(name: str):
   """The workload `name` with the --num_layers and --batch overrides."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
   overrides = dict(num_layers=FLAGS.num_layers, batch=FLAGS.batch)
   return dataclasses.replace(workloads.WORKLOADS[name],

@@ -132,7 +132,7 @@ def Build(step: program.Program) -> LoopTables:
   kept = {m for c, m in step.kept if c == last}
   if len(kept) != len(step.kept):
     raise RuntimeError(f'A loop keeps only the last cell\'s forwards for their backward; the '
-                     f'program keeps {sorted(step.kept)}: a bug in the lowering.')
+                       f'program keeps {sorted(step.kept)}: a bug in the lowering.')
   devices = [_DeviceTable(schedule, d, frozenset(kept)) for d in range(schedule.num_devices)]
   positions = {key: p for table in devices for key, p in table.positions.items()}
   micro = range(num_micro)

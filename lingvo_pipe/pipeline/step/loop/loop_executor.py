@@ -80,8 +80,7 @@ class LoopExecutor:
                micro_size: int, loss_fn: Optional[step_runner.MicroLossFn],
                queue_names: loop_queues.QueueNames) -> None:
     if step.emission != program.Emission.LOOP:
-      raise RuntimeError(f'A loop step got a program lowered for {step.emission}: a bug in '
-                         'the caller (PipeliningLayer._Executor chooses the emission).')
+      raise RuntimeError(f'A loop step got a program lowered for {step.emission}: a bug.')
     self._plan, self._program = plan, step
     self._num_micro = num_micro = len(micro_inputs[0])
     self._num_cells = plan.num_cells
