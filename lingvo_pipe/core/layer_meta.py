@@ -2,9 +2,22 @@
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Tuple
 
 import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Projection:
+  """A product rows x in_dim by a weight [in_dim, out_dim] of the layer
+  whose weight gradient the pipeline may defer (linear.ProjectLastDim by
+  the weight itself, not a cast of it): what the planner needs to apply
+  deferred_grads' size rule. `bytes_per_element` is the weight's dtype size,
+  also the factors' (the product runs in the weight's dtype)."""
+  rows: int
+  in_dim: int
+  out_dim: int
+  bytes_per_element: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,11 +31,13 @@ class LayerMeta:
     param_bytes: bytes of the layer's variables.
     act_bytes: bytes of the activations the forward pass produces (what a
       backward pass without recomputation keeps alive).
+    projections: the deferrable weight products (Projection) among them.
   """
   out_shapes: tuple
   flops: int = 0
   param_bytes: int = 0
   act_bytes: int = 0
+  projections: Tuple[Projection, ...] = ()
 
   def __post_init__(self) -> None:
     if not isinstance(self.out_shapes, tuple):
@@ -35,7 +50,8 @@ class LayerMeta:
       return NotImplemented
     return LayerMeta(other.out_shapes, self.flops + other.flops,
                      self.param_bytes + other.param_bytes,
-                     self.act_bytes + other.act_bytes)
+                     self.act_bytes + other.act_bytes,
+                     self.projections + other.projections)
 
 
 def NumElements(shape: Any) -> int:

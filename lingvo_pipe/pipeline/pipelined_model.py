@@ -55,8 +55,7 @@ class CarryLayer(base_layer.BaseLayer):
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:
     body = params.body.cls.FPropMeta(params.body, *input_shapes[:params.num_body_inputs])
     rest = tuple(tf.TensorShape(s) for s in input_shapes[params.num_replaced_inputs:])
-    return layer_meta.LayerMeta(tuple(body.out_shapes) + rest, body.flops,
-                                body.param_bytes, body.act_bytes)
+    return dataclasses.replace(body, out_shapes=tuple(body.out_shapes) + rest)
 
 
 class PipelinedModel(base_layer.BaseLayer):

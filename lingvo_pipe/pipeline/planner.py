@@ -13,7 +13,7 @@ big(n) is the largest single layer's act_bytes at n. Stashed inputs take
 the dtype of the layer that reads them (fprop_dtype, else dtype).
 
     params(k) = sum of LayerMeta.param_bytes
-    state(k)  = (1 + optimizer_slots) * params(k)   # grad accumulator, slots
+    state(k)  = optimizer_slots * params(k) + summed(k) + factors(k)
     act(k)    = NONE:      act(N)                           + big(n)
                 PER_CELL:  in(N) + act(n)                   + big(n)
                 PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + big(n)
@@ -23,12 +23,19 @@ That is fill-drain, where cell k keeps all M micro-batches until its
 drain. Under another schedule cell k keeps at most f(k) of them at once
 (1F1B: K-k), and act(N) and in(N) become f(k) * act(n) and f(k) * in(n);
 the zero-bubble schedules also keep the weight-gradient inputs of w(k)
-micro-batches from their I to their W, each counted as act(n) (it holds
-the deferred projections' inputs and output gradients, fewer bytes), but
-under PER_LAYER or at M=1, where nothing is deferred. f(k) and w(k) are
+micro-batches from their I to their W: the factors (input and output
+gradient) of every LayerMeta.projections of the cell at n, but under
+PER_LAYER or at M=1, where nothing is deferred. f(k) and w(k) are
 the simulator's CellPeaks of the schedule's actions in unit time. Where a
 device holds several cells (interleaved: j mod K; ZB-V: d and 2K-1-d), its
 figures are the sums over the cells the schedule puts on it.
+
+summed(k) are the gradient accumulators: params(k) but the weights whose
+gradient is one product per step (cell/deferred_grads: where the program
+defers all of cell k's backwards without splitting them, the cell's
+LayerMeta.projections that pass StepDefers at n), whose factors for all M
+micro-batches are held to the step's end instead: factors(k), M * rows *
+(in + out) elements each.
 
 The trailing big(n) of every policy is the backward's gradient temporaries:
 backpropagating one layer of one micro-batch holds about that layer's
@@ -64,6 +71,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.pipeline.cell import deferred_grads
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
@@ -153,7 +161,7 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
   """act(k) of the module docstring, with `in_flight` micro-batches kept
   and the weight-gradient inputs of `weight_inputs` ones."""
   big = max(l.micro.act_bytes for l in cell)
-  held = weight_inputs * sum(l.micro.act_bytes for l in cell)
+  held = weight_inputs * sum(_FactorBytes(p) for l in cell for p in l.micro.projections)
 
   def Kept(full: int, micro: int) -> int:
     return full if in_flight >= num_micro else in_flight * micro
@@ -192,6 +200,26 @@ def _CellPolicy(step: program.Program, cell: int) -> RematPolicy:
     return step.policy
   keeps_all = all(step.decisions[(c, m)].record for c, m in step.decisions if c == cell)
   return RematPolicy.NONE if keeps_all else RematPolicy.PER_CELL
+
+
+def _FactorBytes(p: layer_meta.Projection) -> int:
+  """The bytes of a deferred projection's factors for one micro-batch."""
+  return p.rows * (p.in_dim + p.out_dim) * p.bytes_per_element
+
+
+def _CellState(cell: Sequence[_Layer], step: program.Program, k: int,
+               optimizer_slots: int) -> int:
+  """state(k) of the module docstring."""
+  params = sum(l.full.param_bytes for l in cell)
+  num_micro = step.schedule.num_micro_batches
+  backwards = [d for (c, _), d in step.decisions.items() if c == k]
+  deferred = []
+  if all(d.defer and not d.split for d in backwards):
+    deferred = [p for l in cell for p in l.micro.projections
+                if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
+  summed = params - sum(p.in_dim * p.out_dim * p.bytes_per_element for p in deferred)
+  factors = num_micro * sum(_FactorBytes(p) for p in deferred)
+  return optimizer_slots * params + summed + factors
 
 
 def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:
@@ -268,7 +296,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
   cells = partition.SplitLayers(profile, splits)
   params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells], placement)
-  state = [(1 + optimizer_slots) * b for b in params]
+  state = _PerDevice([_CellState(c, step, k, optimizer_slots) for k, c in enumerate(cells)],
+                     placement)
   act = _PerDevice([_CellActBytes(c, _CellPolicy(step, k), f, num_micro_batches,
                                   w if step.Splits(k) else 0)
                     for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)

@@ -313,3 +313,28 @@ def test_a_loop_is_priced_as_the_program_it_runs():
   assert loop.relative_step_time == per_cell.relative_step_time == 19 * forward
   assert planner.Estimate(stack, shape, 2, 4, RematPolicy.NONE,
                           loop_min_micro_batches=8).emission == program.Emission.UNROLLED
+
+
+@pytest.mark.parametrize('remat,kind,m,defers', [
+    (RematPolicy.PER_CELL, ScheduleKind.GPIPE, 4, True),
+    (RematPolicy.PER_CELL, ScheduleKind.ONE_F_ONE_B, 4, True),
+    (RematPolicy.PER_CELL, ScheduleKind.GPIPE, 1, False),  # one micro-batch: no sum
+    (RematPolicy.NONE, ScheduleKind.GPIPE, 4, False),  # recorded forwards do not defer
+    (RematPolicy.PER_CELL, ScheduleKind.ZB_H1, 4, False),  # W's add into sums
+])
+def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, defers):
+  """A wide projection with few rows (64 -> 256, 2 rows a micro-batch at
+  M=4: 4*2*(64+256) elements of factors <= 64*256 of weight) takes its
+  gradient as one product per step where the program defers without
+  splitting: the cell holds its factors for all M micro-batches, not a
+  gradient sum of its weight (the bias's sum stays)."""
+  slots = 1
+  row = planner.Estimate(_Stack([64, 256, 64]), [[8, 64]], 2, m, remat,
+                         optimizer_slots=slots, schedule_kind=kind)
+  params = [_Params(64, 256), _Params(256, 64)]
+  if defers:
+    factors = m * (8 // m) * (64 + 256) * F32
+    expected = [slots * p + p - 64 * 256 * F32 + factors for p in params]
+  else:
+    expected = [(1 + slots) * p for p in params]
+  assert row.state_bytes == expected

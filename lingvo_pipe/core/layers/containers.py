@@ -1,5 +1,6 @@
 """Containers: Sequential, Repeat and a residual wrapper."""
 
+import dataclasses
 from typing import Any, List, Tuple
 
 import tensorflow as tf
@@ -127,8 +128,7 @@ class ResidualLayer(base_layer.BaseLayer):
       raise ValueError(f'ResidualLayer {params.name!r}: body output shape '
                        f'{out_shape} differs from input shape {input_shape}.')
     n = layer_meta.NumElements(input_shape)
-    return layer_meta.LayerMeta(
-        out_shapes=(tf.TensorShape(input_shape),), flops=body.flops + n,
-        param_bytes=body.param_bytes,
+    return dataclasses.replace(
+        body, out_shapes=(tf.TensorShape(input_shape),), flops=body.flops + n,
         act_bytes=body.act_bytes + layer_meta.Bytes(
             [input_shape], precision.ComputeDtype(params)))

@@ -1,5 +1,6 @@
 """Dense layers: `ProjectionLayer` (affine map of the last dim) and `FeedForwardLayer`."""
 
+import dataclasses
 from typing import Any, List
 
 import tensorflow as tf
@@ -192,11 +193,17 @@ class ProjectionLayer(base_layer.BaseLayer):
   def FPropMeta(cls, params: hyperparams.Params,
                 input_shape: Any) -> layer_meta.LayerMeta:
     """Costs (see AffineMeta): 2 * rows * input_dim * output_dim flops for
-    the matmul, plus the bias and the activation."""
+    the matmul, plus the bias and the activation; the product is a
+    deferrable Projection unless it computes in another dtype."""
     _CheckDims(params)
     shape = _CheckInputShape(params.name, params.input_dim, input_shape)
     out_shape = shape[:-1].concatenate([params.output_dim])
-    return AffineMeta(params, out_shape, params.input_dim * params.output_dim)
+    meta = AffineMeta(params, out_shape, params.input_dim * params.output_dim)
+    if precision.ComputeDtype(params) != params.dtype:
+      return meta  # The product is by a cast of the weight: nothing defers.
+    rows = layer_meta.NumElements(shape[:-1])
+    return dataclasses.replace(meta, projections=(layer_meta.Projection(
+        rows, params.input_dim, params.output_dim, params.dtype.size),))
 
 
 class FeedForwardLayer(base_layer.BaseLayer):

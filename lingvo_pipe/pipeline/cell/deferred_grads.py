@@ -44,13 +44,18 @@ class Collector(weight_grad_deferral.WeightGradCollector):
       return index
     if rows is None or not w.shape.is_fully_defined():
       return None
-    in_dim, out_dim = w.shape
-    if self._num_micro * rows * (in_dim + out_dim) > in_dim * out_dim:
-      return None
-    return index
+    return index if StepDefers(self._num_micro, rows, *w.shape) else None
 
   def Record(self, index: int, a: tf.Tensor, b: tf.Tensor) -> None:
     self.factors.setdefault(index, []).append((a, b))
+
+
+def StepDefers(num_micro: int, rows: int, in_dim: int, out_dim: int) -> bool:
+  """The size rule: whether the weight gradient of a product of `rows` rows
+  per micro-batch by an [in_dim, out_dim] weight is deferred to one product
+  per step of `num_micro` micro-batches (its factors are no bigger than the
+  weight)."""
+  return num_micro * rows * (in_dim + out_dim) <= in_dim * out_dim
 
 
 @contextlib.contextmanager

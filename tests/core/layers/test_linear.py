@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import activations
 from lingvo_pipe.core.layers import linear
 
@@ -145,6 +146,8 @@ def test_projection_meta_costs():
   plain = p.Copy().Set(has_bias=False, activation=Activation.NONE)
   meta = p.cls.FPropMeta(plain, [2, 3, 4])
   assert (meta.flops, meta.param_bytes, meta.act_bytes) == (240, 80, 120)
+  # One deferrable product: 6 rows by the 4 x 5 fp32 weight.
+  assert meta.projections == (layer_meta.Projection(6, 4, 5, 4),)
 
 
 def test_projection_meta_dtypes():
@@ -153,6 +156,7 @@ def test_projection_meta_dtypes():
       dtype=tf.float64, fprop_dtype=tf.bfloat16)
   meta = p.cls.FPropMeta(p, [3, 4])
   assert (meta.param_bytes, meta.act_bytes) == (20 * 8, 15 * 2)
+  assert meta.projections == ()  # by a bfloat16 cast of the weight: nothing defers
 
 
 def _ProjectionDims(input_dim, output_dim):

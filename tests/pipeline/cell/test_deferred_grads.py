@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core import weight_grad_deferral
 from lingvo_pipe.core import weights
@@ -94,3 +95,29 @@ def test_weight_also_used_outside_the_projection(monkeypatch, remat_last):
       remat_last_micro_batch=remat_last).Instantiate()
   transparency.CheckTransparent(pipe, (tf.random.stateless_normal([8, 32], [5, 6]),), 4)
   assert len(calls) == 4
+
+
+@pytest.mark.parametrize('rows,num_micro,deferred', [(4, 4, 2), (64, 4, 0), (8, 1, 2)])
+def test_layer_meta_names_the_projections_a_backward_defers(rows, num_micro, deferred):
+  """The planner's view (LayerMeta.projections passing StepDefers) is what
+  the collector claims while a residual feed-forward block (32 -> 128 -> 32)
+  is differentiated: both projections, or none where their factors
+  (num_micro * rows of 160) outgrow the 32 x 128 weights."""
+  p = containers.ResidualLayer.Params().Set(
+      name='block', body=linear.FeedForwardLayer.Params().Set(
+          name='ff', input_dim=32, hidden_dim=128))
+  layer = p.Instantiate()
+  meta = p.cls.FPropMeta(p, tf.TensorShape([rows, 32]))
+  planned = [(q.in_dim, q.out_dim) for q in meta.projections
+             if deferred_grads.StepDefers(num_micro, q.rows, q.in_dim, q.out_dim)]
+  theta = layer.theta
+  weights_ = tf.nest.flatten(theta)
+  x = tf.ones([rows, 32])
+  with deferred_grads.Deferring(weights_, num_micro) as collector:
+    with tf.GradientTape() as tape:
+      tape.watch(weights_)
+      y = layer.FProp(theta, x)
+    tape.gradient(y, weights_)
+  claimed = sorted(tuple(weights_[i].shape) for i in collector.factors)
+  assert sorted(planned) == claimed
+  assert (len(meta.projections), len(claimed)) == (2, deferred)
