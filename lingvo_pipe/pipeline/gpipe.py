@@ -30,6 +30,7 @@ from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.replicas import all_reduce
 from lingvo_pipe.pipeline.replicas import replica_batches
 from lingvo_pipe.pipeline.replicas import replica_variables
 from lingvo_pipe.pipeline.schedules import schedule
@@ -134,11 +135,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     return p
 
   # Views of the layers (cells.CellView), traced functions, data, the
-  # replicas' copies (replica_variables) and the loop steps' queue names:
-  # none is the model's variables.
+  # replicas' copies (replica_variables), the all-reduces' keys and the loop
+  # steps' queue names: none is the model's variables.
   _TF_MODULE_IGNORED_PROPERTIES = frozenset(
       ('_cells', '_cell_layer_indices', '_replica_runners', 'plan',
-       'replica_variables', '_queue_names')).union(
+       'replica_variables', '_collectives', '_queue_names')).union(
           base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES)
 
   def __init__(self, params: hyperparams.Params) -> None:
@@ -174,6 +175,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['_replica_runners'] = [
         [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(views, row)]
         for row in self.replica_devices]
+    self.__dict__['_collectives'] = all_reduce.Collectives()
     self.__dict__['_queue_names'] = loop_queues.QueueNames()
 
   @property
@@ -303,7 +305,7 @@ class PipeliningLayer(base_layer.BaseLayer):
             program.Step.LOSS_OUTSIDE if loss_fn is None else program.Step.LOSS_INSIDE)
     micro_loss = None if loss_fn is None else _MicroLoss(loss_fn, loss_inputs, batches)
     args = (resolved, resolved.Program(num_micro, step, emission), self._replica_runners,
-            thetas, batches.micro_inputs, batches.micro_size, micro_loss)
+            thetas, batches.micro_inputs, batches.micro_size, micro_loss, self._collectives)
     if emission == program.Emission.LOOP:
       return loop_executor.LoopExecutor(*args, self._queue_names), batches
     return executor.Executor(*args), batches

@@ -29,7 +29,7 @@ W AddProducts; then StepGradients.
 """
 
 import enum
-import itertools
+import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
@@ -54,8 +54,6 @@ def IsDifferentiable(x: Any) -> bool:
 
 
 FactorPairs = Dict[int, List[Tuple[tf.Tensor, tf.Tensor]]]
-
-_accumulator_ids = itertools.count(1)  # each cell's accumulators their own names
 
 
 class BackwardResult(NamedTuple):
@@ -94,7 +92,8 @@ class CellGradients:
     # no variable-creating op in the step to look up. A handle takes no
     # memory; its resource does from its first assignment (a returned or
     # deferred gradient's never) until StepGradients destroys it.
-    name = f'{cell.params.name}_grad_sum_{next(_accumulator_ids)}'
+    # Named by their owner alone: no two CellGradients share a resource.
+    name = f'{cell.params.name}_grad_sum_{uuid.uuid4().hex[:12]}'
     with tf.init_scope(), tf.device(device):
       self._accumulators = [
           tf.raw_ops.VarHandleOp(dtype=spec.dtype, shape=spec.shape,

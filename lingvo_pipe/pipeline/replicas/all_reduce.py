@@ -10,11 +10,16 @@ own. A cell's reduction depends only on that cell's gradients, so it
 starts as soon as they exist and overlaps the backwards of the cells
 still working.
 
-The keys: one group per set of devices (a cell's replica devices), one
-instance per (cell, dtype) of each traced step, fresh from a counter, so
+The keys belong to the pipeline that reduces (`Collectives`, one per
+PipeliningLayer, dropped with it): TensorFlow's runtime knows a group by
+its key in the whole process, so each owner takes a range of group keys of
+its own (as tf.distribute's CollectiveKeys takes a group_key_start), one
+group per set of devices (a cell's replica devices); instance keys are
+counted per owner, one per (cell, dtype) of each traced step, so
 reductions that may run at once never share one. Each device's collectives
-run in the order they were built (an ordering token per device), the same
-order on every member, which keeps them from waiting on each other.
+run in the order they were built (the owner's ordering token per device),
+the same order on every member, which keeps them from waiting on each
+other.
 """
 
 import itertools
@@ -31,41 +36,55 @@ from lingvo_pipe.pipeline.cell.scope_names import ALL_REDUCE_SCOPE
 # docs/several_machines.md has the measurements.
 _SUBDIVISIONS = 8
 
-_lock = threading.Lock()
-_instance_keys = itertools.count(1)
-_group_keys: Dict[Tuple[str, ...], int] = {}
-_ordering_tokens: Dict[str, tf.Variable] = {}
+# Group keys per owner; a pipeline has one group per cell.
+_GROUP_KEYS_PER_OWNER = 1 << 12
+_owners = itertools.count()  # the one process-wide count: of key ranges handed out
 
 
-def _GroupKey(devices: Tuple[str, ...]) -> int:
-  with _lock:
-    return _group_keys.setdefault(devices, len(_group_keys) + 1)
+class Collectives:
+  """The group keys, instance keys and ordering tokens of one owner's
+  all-reduces (module docstring)."""
 
+  def __init__(self) -> None:
+    self._lock = threading.Lock()
+    self._first_group_key = 1 + next(_owners) * _GROUP_KEYS_PER_OWNER
+    self._group_keys: Dict[Tuple[str, ...], int] = {}
+    self._instance_keys = itertools.count(1)
+    self._ordering_tokens: Dict[str, tf.Variable] = {}
 
-def _InstanceKey() -> int:
-  with _lock:
-    return next(_instance_keys)
+  def GroupKey(self, devices: Tuple[str, ...]) -> int:
+    with self._lock:
+      if devices not in self._group_keys:
+        if len(self._group_keys) == _GROUP_KEYS_PER_OWNER:
+          raise RuntimeError(f'An owner of all-reduces uses at most '
+                             f'{_GROUP_KEYS_PER_OWNER} sets of devices.')
+        self._group_keys[devices] = self._first_group_key + len(self._group_keys)
+      return self._group_keys[devices]
 
+  def InstanceKey(self) -> int:
+    with self._lock:
+      return next(self._instance_keys)
 
-def _OrderingToken(device: str) -> Any:
-  """The resource that orders the collectives on `device` (created once,
-  outside any function)."""
-  with _lock:
-    if device not in _ordering_tokens:
-      with tf.init_scope(), tf.device(device):
-        _ordering_tokens[device] = tf.Variable(0.0, trainable=False,
-                                               name='collective_ordering_token')
-    return _ordering_tokens[device].handle
+  def OrderingToken(self, device: str) -> Any:
+    """The resource that orders this owner's collectives on `device`
+    (created once, outside any function)."""
+    with self._lock:
+      if device not in self._ordering_tokens:
+        with tf.init_scope(), tf.device(device):
+          self._ordering_tokens[device] = tf.Variable(
+              0.0, trainable=False, name='collective_ordering_token')
+      return self._ordering_tokens[device].handle
 
 
 def Sum(per_replica: Sequence[Sequence[Optional[tf.Tensor]]],
-        devices: Sequence[str]) -> List[List[Optional[tf.Tensor]]]:
+        devices: Sequence[str], keys: Collectives) -> List[List[Optional[tf.Tensor]]]:
   """The sum over replicas of flat gradients, on every replica's device.
 
   Args:
     per_replica: [replica] the same cell's flat gradients (None where a
       theta entry has none, alike in every replica).
     devices: [replica] the cell's device in that replica.
+    keys: the reducing pipeline's Collectives.
 
   Returns:
     [replica] the summed gradients on that replica's device, bitwise
@@ -73,7 +92,7 @@ def Sum(per_replica: Sequence[Sequence[Optional[tf.Tensor]]],
   """
   if len(per_replica) == 1:
     return [list(per_replica[0])]
-  reduce = _Reduce(len(per_replica), tuple(devices))
+  reduce = _Reduce(len(per_replica), tuple(devices), keys)
   if tf.executing_eagerly():
     # Every member of a collective must be launched together: one op at a
     # time would wait forever for the others. In a graph, no function of
@@ -83,9 +102,9 @@ def Sum(per_replica: Sequence[Sequence[Optional[tf.Tensor]]],
   return reduce([list(g) for g in per_replica])
 
 
-def _Reduce(group_size: int, devices: Tuple[str, ...]):
+def _Reduce(group_size: int, devices: Tuple[str, ...], keys: Collectives):
   """The collectives summing [replica] flat gradients over replicas."""
-  group_key = _GroupKey(devices)
+  group_key = keys.GroupKey(devices)
 
   def Reduce(per_replica: List[List[Optional[tf.Tensor]]]):
     outputs: List[List[Optional[tf.Tensor]]] = [
@@ -95,7 +114,7 @@ def _Reduce(group_size: int, devices: Tuple[str, ...]):
       if g is not None:
         by_dtype.setdefault(g.dtype, []).append(i)
     for _, indices in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
-      instance_key = _InstanceKey()
+      instance_key = keys.InstanceKey()
       for r, device in enumerate(devices):
         with tf.device(device), tf.name_scope(ALL_REDUCE_SCOPE):
           parts = [per_replica[r][i] for i in indices]
@@ -103,7 +122,7 @@ def _Reduce(group_size: int, devices: Tuple[str, ...]):
           summed = tf.raw_ops.CollectiveReduceV2(
               input=packed, group_size=group_size, group_key=group_key,
               instance_key=instance_key,
-              ordering_token=[_OrderingToken(device)],
+              ordering_token=[keys.OrderingToken(device)],
               merge_op='Add', final_op='Id',
               max_subdivs_per_device=_SUBDIVISIONS)
           sizes = [tf.size(g) for g in parts]

@@ -46,6 +46,7 @@ from lingvo_pipe.pipeline.cell import cell_runner
 from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering import remat
+from lingvo_pipe.pipeline.replicas import all_reduce
 from lingvo_pipe.pipeline.schedules.actions import Action, ActionKind
 from lingvo_pipe.pipeline.step import step_runner
 
@@ -77,8 +78,10 @@ class Executor:
                runners: Sequence[Sequence[cell_runner.CellRunner]],
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
-               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn] = None) -> None:
+               micro_size: int, loss_fn: Optional[step_runner.MicroLossFn],
+               collectives: all_reduce.Collectives) -> None:
     self._plan = plan
+    self._collectives = collectives
     self._runners = runners
     self._num_micro = len(micro_inputs[0])
     self._micro_inputs = micro_inputs
@@ -182,7 +185,7 @@ class Executor:
         c = action.cell
         self._reduced[c] = step_runner.SumCellOverReplicas(
             [self._StepGradients(r, c) for r in range(self._plan.num_replicas)],
-            self._plan.replica_devices, c)
+            self._plan.replica_devices, c, self._collectives)
         continue
       for r in range(self._plan.num_replicas):
         if action.kind == ActionKind.F:

@@ -139,7 +139,10 @@ def SumUpdatesOverReplicas(per_replica: Sequence[Sequence[NestedMap]],
 
 
 def SumCellOverReplicas(per_replica: Sequence[List[Any]],
-                        replica_devices: Sequence[Sequence[Any]], c: int) -> List[List[Any]]:
+                        replica_devices: Sequence[Sequence[Any]], c: int,
+                        keys: all_reduce.Collectives) -> List[List[Any]]:
   """Cell c's flat theta gradients ([replica]) summed over replicas
-  (all_reduce.Sum), each replica's on its device of the cell."""
-  return all_reduce.Sum(per_replica, [row[c].name for row in replica_devices[:len(per_replica)]])
+  (all_reduce.Sum with the pipeline's keys), each replica's on its device
+  of the cell."""
+  return all_reduce.Sum(per_replica, [row[c].name for row in replica_devices[:len(per_replica)]],
+                        keys)

@@ -49,6 +49,7 @@ from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering import loop_tables
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.loop_tables import F, KINDS, W, X
+from lingvo_pipe.pipeline.replicas import all_reduce
 from lingvo_pipe.pipeline.step import step_runner
 from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.step.loop import loop_probes
@@ -78,10 +79,12 @@ class LoopExecutor:
                thetas: Sequence[Sequence[NestedMap]],
                micro_inputs: Sequence[Sequence[tuple]],
                micro_size: int, loss_fn: Optional[step_runner.MicroLossFn],
+               collectives: all_reduce.Collectives,
                queue_names: loop_queues.QueueNames) -> None:
     if step.emission != program.Emission.LOOP:
       raise RuntimeError(f'A loop step got a program lowered for {step.emission}: a bug.')
     self._plan, self._program = plan, step
+    self._collectives = collectives
     self._num_micro = num_micro = len(micro_inputs[0])
     self._num_cells = plan.num_cells
     self._num_replicas = len(micro_inputs)
@@ -387,7 +390,8 @@ class LoopExecutor:
         self._specs.factors[c], self._num_micro) for c in cells] for r in replicas]
     if self._num_replicas > 1:
       reduced = {c: step_runner.SumCellOverReplicas([grads[r][c] for r in replicas],
-                                                 self._plan.replica_devices, c)
+                                                 self._plan.replica_devices, c,
+                                                 self._collectives)
                  for c in self._program.reduces}
       grads = [[reduced[c][r] for c in cells] for r in replicas]
     first = self._tables.DeviceOf(0)
