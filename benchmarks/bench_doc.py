@@ -135,7 +135,7 @@ def MemorySection(section: Optional[dict],
   if section is None:
     return _Missing(f'{PAPER_CMD} --sections=memory')
   rows = analysis.MemoryRows(section['data'], predicted)
-  note = ('`predicted MB` is lingvo_pipe.pipeline.planner.Estimate (SGD, no optimizer '
+  note = ('`predicted MB` is lingvo_pipe.planning.planner.Estimate (SGD, no optimizer '
           'slots) for one allocator shared by all devices: from `shared_peak_bytes` '
           '(the cells\' activation peaks apart) to `total_peak_bytes` (all at once).')
   return '\n\n'.join([

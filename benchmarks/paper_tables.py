@@ -208,10 +208,10 @@ def MeasureCapacity() -> dict:
 
 def PredictedPeaks(memory: Dict[str, dict]) -> Dict[str, Optional[Tuple[float, float]]]:
   """Planner-predicted (lowest, highest) peak bytes of the shared CPU
-  allocator per memory config, from lingvo_pipe.pipeline.planner.Estimate
+  allocator per memory config, from lingvo_pipe.planning.planner.Estimate
   (SGD: optimizer_slots=0).
   """
-  from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import planner  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   predicted = {}

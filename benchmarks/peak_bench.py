@@ -55,7 +55,7 @@ def Workload(name: str):
 def Predicted(workload: str, schedule: str, emission: str, remat: str, k: int, m: int):
   """The planner's (shared, total) peak bytes of a configuration."""
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import planner  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import planner  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline.schedules import built_in  # pylint: disable=g-import-not-at-top
   w = Workload(workload)

@@ -357,7 +357,7 @@ def Render(results: dict, machine: Dict[str, str]) -> str:
     lines += [runner.MarkdownTable(
         ['remat', 'GPipe peak MB', '1F1B peak MB', 'peak ratio', 'GPipe s/step',
          '1F1B s/step', 'step ratio', 'first-step ratio'], rows), '']
-    lines += ['The planner (`pipeline/planner.py`, each schedule\'s model) brackets '
+    lines += ['The planner (`planning/planner.py`, each schedule\'s model) brackets '
               'every measured peak between its shared_peak_bytes and '
               'total_peak_bytes (one allocator serves all CPU devices): '
               'tests/benchmarks/test_schedule_bench.py checks it on these rows.', '']

@@ -1,7 +1,7 @@
 """The package layout is the architecture: imports point down only.
 
 Layers, lowest first: core (params, layers) <- pipeline <- profiling <-
-tasks <- experiments (base_experiment, model_registry, model_params) <-
+planning <- tasks <- experiments (base_experiment, model_registry, model_params) <-
 trainer. A module may import its own layer and those below it, and no
 modules import each other in a circle. Inside pipeline/ the folders are
 fenced alike (PIPELINE_FOLDERS), and the schedules and their lowering
@@ -17,14 +17,15 @@ LAYERS = [
     ('lingvo_pipe.core',),
     ('lingvo_pipe.pipeline',),
     ('lingvo_pipe.profiling',),
+    ('lingvo_pipe.planning',),
     ('lingvo_pipe.tasks',),
     ('lingvo_pipe.base_experiment', 'lingvo_pipe.model_registry', 'model_params'),
     ('trainer',),
 ]
 
 
-# pipeline/'s folders, lowest first; its top-level modules (the layer, the
-# planner) above them all.
+# pipeline/'s folders, lowest first; its top-level modules (the layer and
+# the pipelined model) above them all.
 PIPELINE_FOLDERS = [
     ('lingvo_pipe.pipeline.schedules',),  # schedules as data: generators, text, simulator
     ('lingvo_pipe.pipeline.lowering',),  # what a step of a schedule runs (program)

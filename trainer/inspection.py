@@ -17,7 +17,7 @@ from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import planner
+from lingvo_pipe.planning import planner
 from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import device_mapping

@@ -21,7 +21,7 @@ MOVED_MODULES: Dict[str, Tuple[str, ...]] = {
     'lingvo_pipe.core.deferred_grads': ('lingvo_pipe.pipeline.cell.deferred_grads',),
     'lingvo_pipe.core.micro_batch': ('lingvo_pipe.pipeline.layout.micro_batch',),
     'lingvo_pipe.core.partition': ('lingvo_pipe.pipeline.layout.partition',),
-    'lingvo_pipe.core.planner': ('lingvo_pipe.pipeline.planner',),
+    'lingvo_pipe.core.planner': ('lingvo_pipe.planning.planner',),
     'lingvo_pipe.core.schedule': ('lingvo_pipe.pipeline.schedules.schedule',),
     'lingvo_pipe.core.gpipe_stacks': ('lingvo_pipe.pipeline.pipelined_model',
                                       'lingvo_pipe.tasks.lm.layers',

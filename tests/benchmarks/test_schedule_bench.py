@@ -6,7 +6,7 @@ import sys
 from benchmarks import runner
 from benchmarks import schedule_bench
 from benchmarks import workloads
-from lingvo_pipe.pipeline import planner
+from lingvo_pipe.planning import planner
 from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind

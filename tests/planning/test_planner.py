@@ -5,7 +5,7 @@ import pytest
 
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline import planner
+from lingvo_pipe.planning import planner
 from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
