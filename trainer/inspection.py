@@ -22,6 +22,7 @@ from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import device_mapping
 from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.schedules import schedule
@@ -134,7 +135,7 @@ def _NumMicroBatches(p: hyperparams.Params) -> Optional[int]:
   if p.input_shapes is not None:
     batch = micro_batch.Contract.FromParams(p).InputLayout(
         layer_meta.Shapes(*p.input_shapes)).batch_size
-  return micro_batch.NumMicroBatches(p, batch, p.num_replicas)
+  return micro_batch_count.NumMicroBatches(p, batch, p.num_replicas)
 
 
 def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[int],

@@ -25,6 +25,7 @@ from lingvo_pipe.pipeline.layout import cell_compilation
 from lingvo_pipe.pipeline.layout import cells
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.layout.cell_compilation import CellCompilation
@@ -254,7 +255,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     batch_size = self._contract.InputLayout(inputs).batch_size
     if loss_inputs is not None:
       self._contract.CheckLossInputs(loss_inputs, batch_size)
-    num_micro = micro_batch.NumMicroBatches(self.params, batch_size, replicas)
+    num_micro = micro_batch_count.NumMicroBatches(self.params, batch_size, replicas)
     self.plan.Check(num_micro)
     return num_micro
 

@@ -73,6 +73,7 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline.cell import deferred_grads
 from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
@@ -275,7 +276,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
                      f'batch_dim ({batch_dim}) 0 or 1.')
   contract = micro_batch.Contract(batch_dim, broadcast_inputs)
   shapes = layer_meta.Shapes(*input_shapes)
-  micro_batch.CheckDivides(contract.InputLayout(shapes).batch_size,
+  micro_batch_count.CheckDivides(contract.InputLayout(shapes).batch_size,
                            num_micro_batches)
   if cells_per_device < 1 or num_cells % cells_per_device:
     raise ValueError(f'num_cells ({num_cells}) must be a multiple of '

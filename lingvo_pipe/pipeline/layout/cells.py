@@ -20,6 +20,7 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
 
 
@@ -136,12 +137,12 @@ def CheckBoundaries(p: hyperparams.Params, contract: micro_batch.Contract,
   """Checks M, and with p.input_shapes the cell boundaries (FPropMeta
   chained through the cells) and the micro-batch contract, before any
   cell is built: no summed output may change shape with the batch."""
-  micro_batch.NumMicroBatches(p, None)
+  micro_batch_count.NumMicroBatches(p, None)
   if p.input_shapes is None:
     return
   inputs = layer_meta.Shapes(*p.input_shapes)
   batch = contract.InputLayout(inputs).batch_size
-  num_micro = micro_batch.NumMicroBatches(p, batch, p.num_replicas) * p.num_replicas
+  num_micro = micro_batch_count.NumMicroBatches(p, batch, p.num_replicas) * p.num_replicas
   outputs = containers.AsTuple(_OutputShapes(cell_params, inputs))
   summed = contract.SummedOutputs(outputs)
   if num_micro == 1 or not any(summed):

@@ -28,7 +28,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import pipelined_model
-from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.core.layers import transformer
 from lingvo_pipe.tasks.lm import layers as lm_layers
 
@@ -202,7 +202,7 @@ class FullWindowSampler:
     self.window = window or stack.params.seq_len
     # The pipeline takes batches of a multiple of its micro-batches (or of
     # their size): pad with rows.
-    multiple = micro_batch.BatchMultiple(stack.params.pipeline)
+    multiple = micro_batch_count.BatchMultiple(stack.params.pipeline)
     self.padded = -(-batch_size // multiple) * multiple
 
     def Logits(window_ids: tf.Tensor, last: tf.Tensor) -> tf.Tensor:

@@ -10,7 +10,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.nested_map import NestedMap
-from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.tasks import decoding
 from lingvo_pipe.tasks.lm import model as lm_model
 from lingvo_pipe.tasks.mt import beam_search
@@ -90,7 +90,7 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
     k = p.beam_size
     src_ids, src_paddings = batch.src_ids, batch.src_paddings
     batch_size = src_ids.shape[0]
-    multiple = micro_batch.BatchMultiple(p.model.pipeline)
+    multiple = micro_batch_count.BatchMultiple(p.model.pipeline)
     if batch_size is not None and (batch_size * k) % multiple:
       what = ('micro_batch_size' if p.model.pipeline.micro_batch_size
               else 'num_micro_batches')
@@ -114,7 +114,7 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
 
   def PromptBatch(self, text: str) -> NestedMap:
     """One example per line of `text`, repeated up to a batch the pipeline
-    takes (micro_batch.BatchMultiple; is_real marks the given ones).
+    takes (micro_batch_count.BatchMultiple; is_real marks the given ones).
 
     Raises:
       ValueError: for a line longer than the model reads (model.src_len
@@ -127,7 +127,7 @@ class TranslationTask(base_layer.BaseLayer, decoding.DecodingTask):
         raise ValueError(f'Line {i + 1} of the prompt is {len(line)} bytes; the model '
                          f'reads at most {limit} (model.src_len): shorten it or split it '
                          'over lines.')
-    multiple = micro_batch.BatchMultiple(self.params.model.pipeline)
+    multiple = micro_batch_count.BatchMultiple(self.params.model.pipeline)
     size = -(-len(lines) // multiple) * multiple
     src = mt_input.Encode(lines + [lines[-1]] * (size - len(lines)),
                           self.params.model.src_len, add_eos=False)
