@@ -27,7 +27,7 @@ setuptools.setup(
     entry_points={
         'console_scripts': [
             'lingvo_pipe_trainer=trainer.trainer:Run',
-            'lingvo_pipe_checkpoint=trainer.checkpoint_tool:Run',
+            'lingvo_pipe_checkpoint=trainer.checkpointing.checkpoint_tool:Run',
         ],
     },
 )

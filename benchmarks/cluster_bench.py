@@ -105,11 +105,11 @@ def _Run() -> dict:
   """One measured run in this process."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks import workloads
-  from trainer import cluster_spec
+  from trainer.cluster import cluster_spec
   from lingvo_pipe.pipeline import gpipe
   from lingvo_pipe.pipeline.replicas import replica_variables
   from lingvo_pipe.pipeline.schedules import schedule
-  from trainer import cluster_client
+  from trainer.cluster import cluster_client
   num_devices = FLAGS.k * FLAGS.replicas
   workers, pids, ports = [], {}, []
   try:

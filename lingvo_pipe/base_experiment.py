@@ -94,7 +94,7 @@ def TrainerParams() -> hyperparams.Params:
            'ignore regex) is loaded from the source variable '
            'format % match.groups(), e.g. (\'stack/(.*)\', \'stack/%s\'). '
            'Applied only when the logdir has no checkpoint yet '
-           '(trainer/warm_start.py).')
+           '(trainer/checkpointing/warm_start.py).')
   p.Define('num_logical_devices', 0, 'Logical CPU devices to create when no '
            'accelerator exists (0: as many as the pipelines need).')
   return p

@@ -316,9 +316,9 @@ def test_imports_resolve_modules_and_names():
 
 
 def test_console_script_files():
-  # setup.py names trainer.trainer and trainer.checkpoint_tool: each counts
+  # setup.py names trainer.trainer and trainer.checkpointing.checkpoint_tool: each counts
   # once its file exists.
-  expected = [f for f in ('trainer/checkpoint_tool.py', 'trainer/trainer.py')
+  expected = [f for f in ('trainer/checkpointing/checkpoint_tool.py', 'trainer/trainer.py')
               if (ROOT / f).is_file()]
   assert ConsoleScriptFiles() == expected
 

@@ -7,7 +7,7 @@ it decoded written out (exit status 128 + the signal), as training does.
 
 import sys
 
-from trainer import checkpoints
+from trainer.checkpointing import checkpoints
 from trainer import decoder
 from trainer import export
 from trainer import run_context

@@ -21,9 +21,9 @@ from typing import Callable
 import tensorflow as tf
 
 from lingvo_pipe.core import variable_paths
-from trainer import best_checkpoint
-from trainer import checkpoint_keys
-from trainer import checkpoints
+from trainer.checkpointing import best_checkpoint
+from trainer.checkpointing import checkpoint_keys
+from trainer.checkpointing import checkpoints
 from trainer import decode_mode
 from trainer import decoder
 from trainer import loop

@@ -21,12 +21,12 @@ from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core import variable_paths
 from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.pipeline.replicas import replica_variables
-from trainer import checkpoint_keys
-from trainer import checkpoints
+from trainer.checkpointing import checkpoint_keys
+from trainer.checkpointing import checkpoints
 from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
 from trainer import train_input_state
-from trainer import warm_start
+from trainer.checkpointing import warm_start
 
 
 # Metrics whose name starts so are counts: summed by Eval, not averaged, and

@@ -20,13 +20,13 @@ import tensorflow as tf
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.pipeline.layout import device_mapping
-from trainer.cluster_spec import ClusterConfig
-from trainer import checkpoints
-from trainer import cluster_client
-from trainer import cluster_run
+from trainer.cluster.cluster_spec import ClusterConfig
+from trainer.checkpointing import checkpoints
+from trainer.cluster import cluster_client
+from trainer.cluster import cluster_run
 from trainer import experiment_params
 from trainer import loop
-from trainer import network_exposure
+from trainer.cluster import network_exposure
 from trainer import param_checks
 from trainer import run_summary
 

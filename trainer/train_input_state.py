@@ -15,7 +15,7 @@ from typing import List
 import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
-from trainer import checkpoint_keys
+from trainer.checkpointing import checkpoint_keys
 
 NAME = 'train_input_params'
 KEY = NAME + checkpoint_keys.VALUE_SUFFIX

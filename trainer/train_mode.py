@@ -13,7 +13,7 @@ import tempfile
 from typing import Callable, Optional
 
 from lingvo_pipe.core import hyperparams
-from trainer import best_checkpoint
+from trainer.checkpointing import best_checkpoint
 from trainer import decoder
 from trainer import loop
 from trainer import optimizers

@@ -3,7 +3,7 @@
 
 import os
 
-from trainer import cluster_run
+from trainer.cluster import cluster_run
 from trainer import run_context
 from trainer.run_context import UserError
 

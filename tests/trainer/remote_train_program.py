@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.pipeline.layout import cluster
-from trainer import cluster_spec
+from trainer.cluster import cluster_spec
 from lingvo_pipe.pipeline.cell import scope_names
-from trainer import cluster_client
+from trainer.cluster import cluster_client
 from trainer import experiment_params
 from trainer import loop
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe import model_registry
-from trainer import checkpoint_keys
+from trainer.checkpointing import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from tests.trainer import in_process
-from trainer import checkpoint_keys
+from trainer.checkpointing import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from trainer import checkpoint_keys
+from trainer.checkpointing import checkpoint_keys
 
 STATE_FILE = 'checkpoint'
 DAMAGED_SUFFIX = '.damaged'

@@ -24,8 +24,8 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import tensorflow as tf
 
-from trainer import checkpoint_keys
-from trainer import checkpoints
+from trainer.checkpointing import checkpoint_keys
+from trainer.checkpointing import checkpoints
 
 _SHOWN = 5
 

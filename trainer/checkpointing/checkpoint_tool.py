@@ -8,7 +8,7 @@
       Writes the newest checkpoint of OLD_LOGDIR, written by an earlier
       version (variables named by pipeline cell), in today's format to
       NEW_LOGDIR/checkpoints, with the params of OLD_LOGDIR/params.txt
-      (trainer/checkpoint_convert.py). OLD_LOGDIR is only read.
+      (trainer/checkpointing/checkpoint_convert.py). OLD_LOGDIR is only read.
 
 Errors are one `error: ...` line on stderr and exit status 2.
 """
@@ -40,8 +40,8 @@ def ListLines(path: str) -> List[str]:
     UsageError: if PATH names no readable checkpoint.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from trainer import checkpoint_keys  # pylint: disable=g-import-not-at-top
-  from trainer import checkpoints  # pylint: disable=g-import-not-at-top
+  from trainer.checkpointing import checkpoint_keys  # pylint: disable=g-import-not-at-top
+  from trainer.checkpointing import checkpoints  # pylint: disable=g-import-not-at-top
   prefix = checkpoints.Resolve(path)
   if prefix is None:
     raise UsageError(f'No checkpoint at {path!r}: give a checkpoint prefix '
@@ -93,7 +93,7 @@ def ListLines(path: str) -> List[str]:
 
 def _Other(key: str, spec) -> str:
   """'optimizer/beta1_power float32[]' for an entry outside the model."""
-  from trainer import checkpoint_keys  # pylint: disable=g-import-not-at-top
+  from trainer.checkpointing import checkpoint_keys  # pylint: disable=g-import-not-at-top
   if key.endswith(checkpoint_keys.VALUE_SUFFIX):
     return f'{key[:-len(checkpoint_keys.VALUE_SUFFIX)]} {spec}'
   return f'{key.split("/.ATTRIBUTES/")[0]} (input position)' if 'ITERATOR' in key else key
@@ -136,7 +136,7 @@ def Execute(args: argparse.Namespace) -> int:
     if args.command == 'list':
       print('\n'.join(ListLines(args.path)))
     else:
-      from trainer import checkpoint_convert  # pylint: disable=g-import-not-at-top
+      from trainer.checkpointing import checkpoint_convert  # pylint: disable=g-import-not-at-top
       try:
         checkpoint_convert.ConvertLogdir(
             args.model, args.old_logdir, args.new_logdir,

@@ -8,9 +8,9 @@ from tests import worker_cluster
 _SAVES = """
 import sys, tempfile
 import tensorflow as tf
-from trainer import cluster_spec
-from trainer import checkpoints
-from trainer import cluster_client
+from trainer.cluster import cluster_spec
+from trainer.checkpointing import checkpoints
+from trainer.cluster import cluster_client
 cluster_client.Connect(cluster_spec.Parse(sys.argv[1]), 60)
 variables = []
 for task in range(2):

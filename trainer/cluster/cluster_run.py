@@ -6,11 +6,11 @@ from typing import Iterator, Mapping, Optional
 
 import tensorflow as tf
 
-from trainer import cluster_spec
-from trainer.cluster_spec import ClusterConfig
-from trainer import cluster_client
-from trainer import worker
-from trainer import worker_watchdog
+from trainer.cluster import cluster_spec
+from trainer.cluster.cluster_spec import ClusterConfig
+from trainer.cluster import cluster_client
+from trainer.cluster import worker
+from trainer.cluster import worker_watchdog
 
 
 def ClusterFromFlags(spec_flag: str, environ: Mapping[str, str]

@@ -16,8 +16,8 @@ import sys
 import threading
 from typing import Callable, List, Optional
 
-from trainer.cluster_spec import ClusterConfig
-from trainer import cluster_client
+from trainer.cluster.cluster_spec import ClusterConfig
+from trainer.cluster import cluster_client
 
 # Exit status of a run ended by an unreachable worker (2 is a user error).
 EXIT_WORKER_LOST = 3

@@ -16,8 +16,8 @@ from lingvo_pipe import model_registry
 from tests import fresh_process
 from tests.trainer import in_process
 from tests.trainer import summaries
-from trainer import checkpoint_keys
-from trainer import checkpoint_tool
+from trainer.checkpointing import checkpoint_keys
+from trainer.checkpointing import checkpoint_tool
 from trainer import experiment_params
 from trainer import loop
 
@@ -34,7 +34,7 @@ def _Tool(*args, check=True):
 
 
 def _FreshTool(*args, check=True):
-  return fresh_process.RunPython('-m', 'trainer.checkpoint_tool', *args, check=check)
+  return fresh_process.RunPython('-m', 'trainer.checkpointing.checkpoint_tool', *args, check=check)
 
 
 def _Trainer(*args, check=True):

@@ -22,8 +22,8 @@ from typing import Callable, Dict, List, Optional
 
 from lingvo_pipe import model_registry
 from lingvo_pipe.core import base_layer
-from trainer import checkpoint_keys
-from trainer import checkpoints
+from trainer.checkpointing import checkpoint_keys
+from trainer.checkpointing import checkpoints
 from trainer import experiment_params
 
 _SHOWN = 3

@@ -12,10 +12,10 @@ import tensorflow as tf
 
 from lingvo_pipe import model_registry
 from tests.trainer import in_process
-from trainer import checkpoint_keys
+from trainer.checkpointing import checkpoint_keys
 from trainer import experiment_params
 from trainer import loop
-from trainer import warm_start
+from trainer.checkpointing import warm_start
 
 TINY = 'lm.StdlibBytesTiny'
 # One cell in both models, so the paths agree whatever the partitioning;

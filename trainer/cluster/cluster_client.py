@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 
 from lingvo_pipe.pipeline.layout import cluster
-from trainer.cluster_spec import ClusterConfig
+from trainer.cluster.cluster_spec import ClusterConfig
 
 
 # The client's own job, as TensorFlow names it when it adds it itself.

@@ -10,7 +10,7 @@ import ipaddress
 import time
 
 from tests import worker_cluster
-from trainer import network_exposure
+from trainer.cluster import network_exposure
 
 
 def _BeyondLoopback() -> str:
@@ -34,7 +34,7 @@ def test_tensorflow_still_listens_on_every_interface_and_the_worker_says_so():
   assert listening and all(ipaddress.ip_address(a).is_unspecified for a in listening), (
       f'A worker of worker=localhost:{port} listens on {listening}, no longer on every '
       'interface: TensorFlow changed; update docs/several_machines.md#security and '
-      'trainer/network_exposure.py.')
+      'trainer/cluster/network_exposure.py.')
   assert reached == [a for a in others if ipaddress.ip_address(a).version == 4]
   assert f'ready at localhost:{port}' in ready
   assert (f'port {port} is open on every interface of this machine' in ready and

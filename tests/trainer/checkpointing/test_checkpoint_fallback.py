@@ -11,7 +11,7 @@ import pytest
 
 from lingvo_pipe import model_registry
 from tests.trainer import in_process
-from trainer import checkpoints
+from trainer.checkpointing import checkpoints
 from trainer import experiment_params
 from trainer import loop
 

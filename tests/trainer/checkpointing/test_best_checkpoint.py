@@ -7,7 +7,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from trainer import best_checkpoint
+from trainer.checkpointing import best_checkpoint
 
 
 def _Checkpoints(logdir, steps):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from trainer import cluster_spec
+from trainer.cluster import cluster_spec
 from tests import fresh_process
 from tests import worker_cluster
 
@@ -226,7 +226,7 @@ def test_tf_config():
 
 
 def test_worker_task_from_tf_config_or_flag():
-  from trainer import cluster_run  # pylint: disable=g-import-not-at-top
+  from trainer.cluster import cluster_run  # pylint: disable=g-import-not-at-top
   two = '{"cluster": {"worker": ["localhost:1", "localhost:2"]}}'
   with pytest.raises(ValueError, match=r'needs --task=T.*2 task\(s\): 0 to 1'):
     cluster_run.RunWorker('', -1, {'TF_CONFIG': two})

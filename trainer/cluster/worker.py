@@ -6,9 +6,9 @@ from typing import Callable
 
 import tensorflow as tf
 
-from trainer import cluster_spec
-from trainer.cluster_spec import ClusterConfig
-from trainer import network_exposure
+from trainer.cluster import cluster_spec
+from trainer.cluster.cluster_spec import ClusterConfig
+from trainer.cluster import network_exposure
 
 
 class WorkerStartError(ValueError):
