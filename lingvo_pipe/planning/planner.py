@@ -28,7 +28,10 @@ gradient) of every LayerMeta.projections of the cell at n, but under
 PER_LAYER or at M=1, where nothing is deferred. f(k) and w(k) are
 the simulator's CellPeaks of the schedule's actions in unit time. Where a
 device holds several cells (interleaved: j mod K; ZB-V: d and 2K-1-d), its
-figures are the sums over the cells the schedule puts on it.
+figures are the sums over the cells the schedule puts on it, but for the
+part of act that only a running backward holds (the recomputed act(n) or
+in_l(n), and the big(n) terms): the device runs one backward at a time,
+so it counts the largest of its cells'.
 
 summed(k) are the gradient accumulators: params(k) but the weights whose
 gradient is one product per step (cell/deferred_grads: where the program
@@ -158,9 +161,11 @@ def _CheckLayers(layers: Sequence[hyperparams.Params]) -> None:
 
 
 def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
-                  num_micro: int, weight_inputs: int) -> int:
+                  num_micro: int, weight_inputs: int) -> Tuple[int, int]:
   """act(k) of the module docstring, with `in_flight` micro-batches kept
-  and the weight-gradient inputs of `weight_inputs` ones."""
+  and the weight-gradient inputs of `weight_inputs` ones, as (held, one
+  backward's): what the cell holds across its actions, and what one of
+  its backwards adds while it runs (its recomputation and temporaries)."""
   big = max(l.micro.act_bytes for l in cell)
   held = weight_inputs * sum(_FactorBytes(p) for l in cell for p in l.micro.projections)
 
@@ -168,11 +173,19 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
     return full if in_flight >= num_micro else in_flight * micro
 
   if remat == RematPolicy.NONE:
-    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + big + held
+    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + held, big
   stash = Kept(cell[0].in_bytes, cell[0].micro_in_bytes)
   if remat == RematPolicy.PER_CELL:
-    return stash + sum(l.micro.act_bytes for l in cell) + big + held
-  return stash + sum(l.micro_in_bytes for l in cell) + 2 * big
+    return stash + held, sum(l.micro.act_bytes for l in cell) + big
+  return stash, sum(l.micro_in_bytes for l in cell) + 2 * big
+
+
+def _DeviceAct(per_cell: Sequence[Tuple[int, int]],
+               placement: Sequence[Sequence[int]]) -> List[int]:
+  """Per device act: what its cells hold, plus the largest of their
+  backwards (a device runs one backward at a time)."""
+  return [sum(per_cell[c][0] for c in cells) + max(per_cell[c][1] for c in cells)
+          for cells in placement]
 
 
 def _StepFlops(step: program.Program, cell_flops: Sequence[int]) -> float:
@@ -299,7 +312,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells], placement)
   state = _PerDevice([_CellState(c, step, k, optimizer_slots) for k, c in enumerate(cells)],
                      placement)
-  act = _PerDevice([_CellActBytes(c, _CellPolicy(step, k), f, num_micro_batches,
+  act = _DeviceAct([_CellActBytes(c, _CellPolicy(step, k), f, num_micro_batches,
                                   w if step.Splits(k) else 0)
                     for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)
   peak = [p + s + a for p, s, a in zip(params, state, act)]

@@ -233,6 +233,23 @@ def test_interleaved_sums_the_cells_of_each_device():
   assert row.relative_step_time < fill.relative_step_time
 
 
+def test_a_device_of_several_cells_counts_one_backward_at_a_time():
+  """Interleaved K=2, v=2, M=4, PER_CELL, four one-layer cells: each cell
+  holds the inputs of its micro-batches in flight (the simulator's f(k)),
+  but a device recomputes one cell's micro-batch at a time: act is the
+  sum of its cells' stashes plus one cell's recomputed activations and
+  temporaries (big), not two."""
+  d, n, m = 8, 8, 4
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], 4, m, RematPolicy.PER_CELL,
+                         schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2)
+  flights = simulate.Simulate(schedule.Actions(ScheduleKind.INTERLEAVED, 2, m, 2),
+                              simulate.UNIT_COSTS).CellPeaks(4)
+  mb = n // m
+  stash = [f * _In(d, mb) for f, _ in flights]
+  backward = _Act(d, mb) + _Act(d, mb)  # one layer's recomputation + big
+  assert row.act_bytes == [stash[0] + stash[2] + backward, stash[1] + stash[3] + backward]
+
+
 def test_plan_recommends_a_schedule():
   """Without remat, 1F1B takes fill-drain's time in less memory: with a
   budget between the two, only 1F1B fits and is recommended."""
