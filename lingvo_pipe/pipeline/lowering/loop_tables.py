@@ -126,7 +126,8 @@ def Build(step: program.Program) -> LoopTables:
     ValueError: where CheckLoops does.
   """
   schedule, training = step.schedule, step.step.training
-  split = CheckLoops(schedule)
+  CheckLoops(schedule)
+  split = schedule.split_cells
   num_cells, num_micro = schedule.num_cells, schedule.num_micro_batches
   last = num_cells - 1
   kept = {m for c, m in step.kept if c == last}
@@ -152,9 +153,8 @@ def Build(step: program.Program) -> LoopTables:
                     loss_gradients, factor_rings, forwards_first)
 
 
-def CheckLoops(schedule: actions.Schedule) -> Tuple[bool, ...]:
-  """Per cell whether its backward is split (I and W), if `schedule` can
-  run as loops.
+def CheckLoops(schedule: actions.Schedule) -> None:
+  """Whether `schedule` can run as loops.
 
   Raises:
     ValueError: if a cell mixes B with I and W (a loop traces one backward
@@ -183,7 +183,6 @@ def CheckLoops(schedule: actions.Schedule) -> Tuple[bool, ...]:
             f'({ours} and {theirs}); a loop step passes '
             'tensors between them in a queue: order them alike, or run the step '
             'unrolled (loop_min_micro_batches=0).')
-  return tuple(ActionKind.I in backward_kinds[c] for c in range(num_cells))
 
 
 def _DeviceTable(schedule: actions.Schedule, d: int, kept: FrozenSet[int]) -> DeviceTable:

@@ -160,13 +160,12 @@ def Lower(schedule: actions.Schedule, policy: remat.RematPolicy,
     recompute = remat.Decision(record=False, inline=False,
                                per_layer=policy == remat.RematPolicy.PER_LAYER,
                                defer=policy == remat.RematPolicy.PER_CELL)
-    cell_split = [any(c == cell for c, _ in split) for cell in range(schedule.num_cells)]
     loop_backwards = tuple(dataclasses.replace(recompute, split=recompute.defer and s)
-                           for s in cell_split)
+                           for s in schedule.split_cells)
     for (c, m) in _Forwards(schedule):
       if keeps and c == last and (c, m) in follows:
         decisions[(c, m)] = dataclasses.replace(
-            kept_decision, split=kept_decision.defer and cell_split[c])
+            kept_decision, split=kept_decision.defer and schedule.split_cells[c])
       else:
         decisions[(c, m)] = loop_backwards[c]
     weight_runs = {(a.cell, a.micro): (a.micro,) for _, _, a in schedule.Positions()

@@ -163,6 +163,12 @@ class Schedule:
       index.setdefault(a, (d, p))
     return index
 
+  @functools.cached_property
+  def split_cells(self) -> Tuple[bool, ...]:
+    """Per cell whether it runs I's: its backwards split into I and W."""
+    cells = {a.cell for _, _, a in self.Positions() if a.kind == ActionKind.I}
+    return tuple(c in cells for c in range(self.num_cells))
+
   def Find(self, action: Action) -> Optional[Tuple[int, int]]:
     """(device, position) of the first occurrence of `action`, or None."""
     return self._index.get(action)

@@ -1,4 +1,4 @@
-"""The Action type, Schedule.Make's defaults, the dependency rule and WithReduce."""
+"""The Action type, Schedule.Make's defaults, the dependency rule, WithReduce and split cells."""
 
 import pytest
 
@@ -72,3 +72,11 @@ def test_check_sizes():
   with pytest.raises(ValueError,
                      match='got num_devices=2, num_micro_batches=0, cells_per_device=1'):
     actions.CheckSizes(2, 0)
+
+
+def test_split_cells_are_those_that_run_input_gradients():
+  """Cell 0 splits its backwards into I and W, cell 1 does not: the one
+  answer the lowering and the loop tables both read."""
+  f, b, i, w = actions.Forward, actions.Backward, actions.InputGrad, actions.WeightGrad
+  schedule = actions.Schedule.Make([[f(0, 0), i(0, 0), w(0, 0)], [f(1, 0), b(1, 0)]], [0, 1])
+  assert schedule.split_cells == (True, False)
