@@ -2,7 +2,7 @@
 
 Each device of each replica runs its own loop over its actions
 (loop_tables), on its own device: per iteration a tf.switch_case over its
-cells' F, X (B or I), W and KEPT branches. Devices meet only where data
+cells' F, X (B or I), W and KEPT branches (their bodies: loop_actions). Devices meet only where data
 passes: a forward puts its outputs in a FIFO queue on the next cell's
 device, whose forward takes them from it; a backward puts its input
 gradients in one on the previous cell's device. So no device waits for
@@ -51,6 +51,7 @@ from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.loop_tables import F, KINDS, W, X
 from lingvo_pipe.pipeline.replicas import all_reduce
 from lingvo_pipe.pipeline.step import step_runner
+from lingvo_pipe.pipeline.step.loop import loop_actions
 from lingvo_pipe.pipeline.step.loop import loop_arrays
 from lingvo_pipe.pipeline.step.loop import loop_probes
 from lingvo_pipe.pipeline.step.loop import loop_queues
@@ -94,12 +95,7 @@ class LoopExecutor:
     self._training, self._loss_fn = step.step.training, loss_fn
     self._tables = tables = loop_tables.Build(step)
     self._decisions = step.loop_backwards
-    last = self._num_cells - 1
-    self._kept_decision = (step.decisions[(last, min(tables.kept))] if tables.kept
-                           else None)
     self._input_struct = micro_inputs[0][0]
-    self._stacked_inputs = [loop_arrays.Stacked(micro_inputs[r], row[0].device)
-                            for r, row in enumerate(self._runners)]
     self._out_structs, self._update_structs, loss_spec = loop_probes.Structures(
         self._runners[0], self._thetas[0], self._input_struct, loss_fn if self._training else None)
     out_specs = [loop_arrays.Specs(s) for s in self._out_structs]
@@ -114,9 +110,16 @@ class LoopExecutor:
          for runner, layout, split in zip(self._runners[0], self._layouts, tables.split)],
         loss_spec)
     prefix = queue_names.Step()
-    self._queues = [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro,
-                                      f'{prefix}_r{r}')
-                    for r, row in enumerate(self._runners)]
+    last = self._num_cells - 1
+    self._actions = loop_actions.LoopActions(
+        self._runners,
+        [loop_queues.Build(out_specs, [runner.device for runner in row], num_micro,
+                           f'{prefix}_r{r}') for r, row in enumerate(self._runners)],
+        [loop_arrays.Stacked(micro_inputs[r], row[0].device)
+         for r, row in enumerate(self._runners)],
+        self._input_struct, self._out_structs, tables, self._specs, self._layouts,
+        self._decisions, step.decisions[(last, min(tables.kept))] if tables.kept else None,
+        loss_fn, self._training, num_micro, self._num_cells)
     self._state: List[List[Dict[str, Any]]] = []  # [replica][device] its loop's state
     for row in self._runners:
       self._state.append([])
@@ -251,121 +254,19 @@ class LoopExecutor:
       with tf.device(runner.device):
         theta = self._MicroTheta(thetas[c], r, m)
         if kind == F:
-          done = self._Forward(r, c, m, theta, pieces[place])
+          done = self._actions.Forward(r, c, m, theta, pieces[place])
         elif kind == X:
-          done = self._Backward(r, c, m, theta, place, state, pieces[place])
+          done = self._actions.Backward(r, c, m, theta, place, state, pieces[place])
         elif kind == W:
-          done = self._Weights(c, m, runner, state['factors'][place], pieces[place])
+          done = self._actions.Weights(c, m, runner, state['factors'][place], pieces[place])
         else:
-          done = self._Kept(r, m, theta, pieces[place])
+          done = self._actions.Kept(r, m, theta, pieces[place])
         flat = loop_state.Flatten(pieces)
         if done:  # the next iteration waits for it (Body's token)
           with tf.control_dependencies(done):
             flat[0] = tf.identity(flat[0])
         return flat
     return Fn
-
-  def _Forward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap,
-               pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    """F: cell c's outputs on to the next cell (or, the last, kept with
-    its loss and output gradients); its inputs kept for its backward."""
-    x = self._Inputs(r, c, m, pieces)
-    out, upd, _ = self._runners[r][c].Forward(theta, x)
-    pieces['sums'] = tf.nest.flatten(upd)
-    return self._Outputs(r, c, m, out, pieces)
-
-  def _Outputs(self, r: int, c: int, m: tf.Tensor, out: tuple,
-               pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    """Cell c's outputs of micro-batch m to the next cell's queue, or the
-    last cell's into its pieces with (loss inside) its loss and output
-    gradients."""
-    if c < self._num_cells - 1:
-      return [self._queues[r]['acts'][c][0].enqueue(tf.nest.flatten(out))]
-    pieces['outs'] = tf.nest.flatten(out)
-    if self._loss_fn and self._training:
-      micro_loss, dy = step_runner.LossAndOutputGrads(self._loss_fn, out, r, m)
-      pieces['loss'], pieces['dys'] = [micro_loss], dy
-    return []
-
-  def _Inputs(self, r: int, c: int, m: tf.Tensor, pieces: Dict[str, List[tf.Tensor]]
-              ) -> tuple:
-    """A forward's inputs: the pipeline's for cell 0, else from the queue
-    (into its piece of the ring)."""
-    if c == 0:
-      return self._StepInputs(r, m)
-    flat = loop_queues.Dequeue(self._queues[r]['acts'][c - 1][1])
-    pieces['ins'] = flat
-    return tf.nest.pack_sequence_as(self._InStruct(c), flat)
-
-  def _StepInputs(self, r: int, m: tf.Tensor) -> tuple:
-    """Micro-batch m of replica r's pipeline inputs (cell 0's)."""
-    return tf.nest.pack_sequence_as(self._input_struct,
-                                    [tf.gather(x, m) for x in self._stacked_inputs[r]])
-
-  def _InStruct(self, c: int) -> Any:
-    return self._input_struct if c == 0 else self._out_structs[c - 1]
-
-  def _Backward(self, r: int, c: int, m: tf.Tensor, theta: NestedMap, place: int,
-                state: Dict[str, Any], pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    """X: from the ring of cell c's inputs and its output gradients (the
-    loss's from their ring, or the next cell's from the queue), its input
-    gradients on (queue, or d_inputs for cell 0) and its factors kept."""
-    runner, last = self._runners[r][c], self._num_cells - 1
-    if c == 0:
-      x = self._StepInputs(r, m)
-    else:
-      slot = m % loop_state.InputDepth(self._tables, c)
-      x = tf.nest.pack_sequence_as(self._InStruct(c), loop_arrays.Read(
-          state['ins'][place], slot, self._specs.ins[c]))
-    if c == last:
-      depth = loop_state.LossGradientDepth(self._specs, self._tables)
-      flat_dy = loop_arrays.Read(state['dys'], m % depth, self._specs.outs[c])
-    else:
-      flat_dy = loop_queues.Dequeue(self._queues[r]['grads'][c][1])
-    dy = tf.nest.pack_sequence_as(self._out_structs[c], flat_dy)
-    dx = runner.Backward(theta, x, dy, self._decisions[c], self._num_micro)
-    return self._InputGrads(r, c, x, dx, pieces)
-
-  def _InputGrads(self, r: int, c: int, x: tuple, dx: List[Any],
-                  pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    flat = loop_probes.FlatBackward(x, dx, self._runners[r][c].gradients,
-                                    self._tables.split[c], self._layouts[c])
-    num_in = len(self._specs.ins[c])
-    pieces['factors'] = flat[num_in:]
-    if c == 0:
-      pieces['d_inputs'] = flat[:num_in]
-      return []
-    return [self._queues[r]['grads'][c - 1][0].enqueue(flat[:num_in])]
-
-  def _Weights(self, c: int, m: tf.Tensor, runner: cell_runner.CellRunner,
-               factors: List[tf.TensorArray], pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    """W: the products of micro-batch m's factors (from their ring) added
-    to cell c's weight sums."""
-    slot = m % self._tables.factor_rings[c]
-    products = runner.gradients.Products(
-        loop_probes.Pairs(loop_arrays.Read(factors, slot, self._specs.factors[c]),
-                          self._layouts[c], packed=True))
-    pieces['weight_sums'] = [s + products[i]
-                             for s, (i, _) in zip(pieces['weight_sums'], self._layouts[c])]
-    return []
-
-  def _Kept(self, r: int, m: tf.Tensor, theta: NestedMap,
-            pieces: Dict[str, List[tf.Tensor]]) -> List[Any]:
-    """The last cell's forward of micro-batch m recorded, its loss, and its
-    backward from the record."""
-    c = self._num_cells - 1
-    runner = self._runners[r][c]
-    x = self._Inputs(r, c, m, pieces)
-    out, upd, recording = runner.Forward(theta, x,
-                                         self._kept_decision, self._num_micro)
-    if self._loss_fn is None or recording is None:  # KEPT's premises
-      raise RuntimeError('A kept last-cell forward needs the loss inside and a recorded '
-                         'forward: a bug in the loop tables.')
-    pieces['sums'] = tf.nest.flatten(upd)
-    self._Outputs(r, c, m, out, pieces)
-    dx = runner.BackwardFromTape(recording, x, out,
-                                 tf.nest.pack_sequence_as(out, pieces['dys']))
-    return self._InputGrads(r, c, x, dx, pieces)
 
   # --- results -------------------------------------------------------------
 
