@@ -149,7 +149,8 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,
-                      cost=p.cost, remat_last_micro_batch=p.remat_last_micro_batch,
+                      cost=p.cost, layer_costs=p.layer_costs,
+                      remat_last_micro_batch=p.remat_last_micro_batch,
                       broadcast_inputs=p.broadcast_inputs, schedules=schedules,
                       loop_from=lambda kind, remat: plan_lib.LoopFromM(
                           p.Copy().Set(schedule=kind, remat=remat)))

@@ -70,6 +70,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('splits', [], 'Manual split points for layers, e.g. [3, 7, 12].')
     p.Define('cost', partition.CostKind.FLOPS,
              'What the automatic partition balances (a CostKind).')
+    p.Define('layer_costs', [], 'With cost=CostKind.GIVEN: one positive cost per entry of '
+             'layers (e.g. seconds, planning.measured_costs.Measure), balanced instead of '
+             'their FLOPs.')
     p.Define('input_shapes', None, 'List of the shapes of the pipeline inputs, batch '
              'included, e.g. [[64, 512]] (a NestedMap input: a NestedMap of shapes): '
              'needed for the automatic partition and to check cell boundaries at build.')

@@ -248,7 +248,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              remat_last_micro_batch: bool = False,
              broadcast_inputs: Sequence[Any] = (),
              schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE,
-             cells_per_device: int = 1, loop_min_micro_batches: int = 0) -> PlanRow:
+             cells_per_device: int = 1, loop_min_micro_batches: int = 0,
+             layer_costs: Sequence[float] = ()) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -270,6 +271,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
       cells on num_cells / v devices.
     loop_min_micro_batches: from which M the step is a loop per device
       (plan.LoopFromM's figure; 0: never).
+    layer_costs: PipeliningLayer's p.layer_costs, balanced under
+      cost=CostKind.GIVEN.
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -303,7 +306,7 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   peaks = simulate.Simulate(schedule_actions, simulate.UNIT_COSTS).CellPeaks(num_cells)
   placement = [sorted({a.cell for a in row}) for row in schedule_actions.devices]
   splits = partition.BalancedSplits(
-      partition.LayerCosts(layers, input_shapes, cost), num_cells)
+      partition.LayerCosts(layers, input_shapes, cost, layer_costs), num_cells)
   full = _Chain(layers, shapes)
   micro = _Chain(layers, contract.SplitShapes(shapes, num_micro_batches))
   profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
@@ -333,8 +336,8 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
          broadcast_inputs: Sequence[Any] = (),
          schedules: Iterable[Tuple[schedule.ScheduleKind, int]] = (
              (schedule.ScheduleKind.GPIPE, 1),),
-         loop_from: Optional[Callable[[schedule.ScheduleKind, RematPolicy], int]] = None
-         ) -> List[PlanRow]:
+         loop_from: Optional[Callable[[schedule.ScheduleKind, RematPolicy], int]] = None,
+         layer_costs: Sequence[float] = ()) -> List[PlanRow]:
   """Estimates every possible candidate and marks those within the budget.
 
   Combinations with more cells than layers, with M not dividing the batch
@@ -375,7 +378,8 @@ def Plan(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
         for remat in remats:
           row = Estimate(layers, input_shapes, k * v, m, remat, optimizer_slots,
                          batch_dim, cost, remat_last_micro_batch, broadcast_inputs,
-                         kind, v, loop_from(kind, remat) if loop_from else 0)
+                         kind, v, loop_from(kind, remat) if loop_from else 0,
+                         layer_costs)
           row.fits = row.max_peak_bytes <= budget_bytes
           rows.append(row)
   return rows

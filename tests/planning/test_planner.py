@@ -5,13 +5,14 @@ import pytest
 
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.planning import planner
 from lingvo_pipe.pipeline.layout import cells as cells_lib
+from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
+from lingvo_pipe.planning import planner
 
 F32 = 4
 
@@ -355,3 +356,14 @@ def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, de
   else:
     expected = [(1 + slots) * p for p in params]
   assert row.state_bytes == expected
+
+
+def test_given_layer_costs_partition_as_the_pipeline_does():
+  """Four equal layers: by FLOPs two a cell; by the given costs 1, 1, 1, 10
+  the last alone, as PipeliningLayer's cost=CostKind.GIVEN splits them."""
+  stack, shape = _Stack([8] * 5), [[8, 8]]
+  flops = planner.Estimate(stack, shape, 2, 2, RematPolicy.NONE)
+  given = planner.Estimate(stack, shape, 2, 2, RematPolicy.NONE,
+                           cost=partition.CostKind.GIVEN, layer_costs=[1, 1, 1, 10])
+  assert flops.param_bytes == [2 * _Params(8, 8)] * 2
+  assert given.param_bytes == [3 * _Params(8, 8), _Params(8, 8)]

@@ -122,12 +122,16 @@ def _Partition(p: hyperparams.Params) -> List[List[hyperparams.Params]]:
     if p.num_partitions < 1:
       raise ValueError(f'PipeliningLayer {p.name!r}: num_partitions '
                        f'({p.num_partitions}) must be >= 1 (or give splits).')
-    if p.input_shapes is None:
+    if p.layer_costs and p.cost != partition.CostKind.GIVEN:
+      raise ValueError(f'PipeliningLayer {p.name!r}: layer_costs are set but cost is '
+                       f'{p.cost}; set cost=CostKind.GIVEN to balance them.')
+    if p.input_shapes is None and p.cost != partition.CostKind.GIVEN:
       raise ValueError(f'PipeliningLayer {p.name!r}: the automatic partition '
                        'needs input_shapes (one shape per input, batch '
                        'included) to cost the layers; set p.input_shapes or '
                        'give p.splits.')
-    costs = partition.LayerCosts(layers, p.input_shapes, p.cost)
+    costs = partition.LayerCosts(layers, p.input_shapes, p.cost, p.layer_costs,
+                                 where=f'PipeliningLayer {p.name!r}: ')
     splits = partition.BalancedSplits(costs, p.num_partitions)
   return [list(run) for run in partition.SplitLayers(layers, splits)]
 

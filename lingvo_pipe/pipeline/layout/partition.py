@@ -1,6 +1,7 @@
 """Balancing a sequence of L layers into K cells by cost, or by manual splits."""
 
 import enum
+import math
 from typing import Any, List, Sequence
 
 from lingvo_pipe.core import hyperparams
@@ -12,19 +13,44 @@ class CostKind(enum.Enum):
   FLOPS = 'flops'
   PARAM_BYTES = 'param_bytes'
   ACT_BYTES = 'act_bytes'
+  GIVEN = 'given'  # the user's own per layer, e.g. measured (planning/measured_costs)
 
 
 def LayerCosts(layer_params: Sequence[hyperparams.Params],
                input_shapes: Sequence[Any],
-               kind: CostKind = CostKind.FLOPS) -> List[int]:
-  """The cost of each layer, chaining output shapes into the next layer."""
-  costs = []
+               kind: CostKind = CostKind.FLOPS,
+               given: Sequence[float] = (), where: str = '') -> List[float]:
+  """The cost of each layer: `given` (CostKind.GIVEN), else from its
+  FPropMeta, chaining output shapes into the next layer.
+
+  Raises:
+    ValueError: (after `where`, e.g. the layer) if given costs are not one
+      positive finite number per layer.
+  """
+  if kind == CostKind.GIVEN:
+    return CheckGivenCosts(given, len(layer_params), where)
+  costs: List[float] = []
   shapes = layer_meta.Shapes(*input_shapes)
   for p in layer_params:
     meta: layer_meta.LayerMeta = p.cls.FPropMeta(p, *shapes)
     costs.append(getattr(meta, kind.value))
     shapes = meta.out_shapes
   return costs
+
+
+def CheckGivenCosts(given: Sequence[float], num_layers: int, where: str = '') -> List[float]:
+  """`given` as a list, if it is one positive finite cost per layer."""
+  given = list(given)
+  if len(given) != num_layers:
+    raise ValueError(f'{where}cost=CostKind.GIVEN needs one cost per layer: layer_costs '
+                     f'has {len(given)} for {num_layers} layers.')
+  bad = [(i, c) for i, c in enumerate(given)
+         if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0]
+  if bad:
+    raise ValueError(f'{where}layer_costs[{bad[0][0]}] is {bad[0][1]!r}; every cost must be a '
+                     'positive finite number (e.g. seconds measured by '
+                     'planning.measured_costs.Measure).')
+  return [float(c) for c in given]
 
 
 def BalancedSplits(costs: Sequence[float], num_cells: int) -> List[int]:

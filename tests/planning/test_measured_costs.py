@@ -1,0 +1,68 @@
+"""measured_costs: each layer timed alone at the micro-batch size, and a
+partition that balances the measured seconds."""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core.layers import linear
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.planning import measured_costs
+
+from tests.pipeline import pipeline_models as models
+
+
+def _Params(layers, shape, k=2, m=2):
+  return gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, num_partitions=k,
+                                            num_micro_batches=m, input_shapes=[shape])
+
+
+def test_every_layer_measured_on_a_micro_batch_and_balanced():
+  """The feed-forward stack with dropout (four layers): a cost each, and
+  a pipeline whose cells are the balanced split of their step seconds."""
+  layers, shape = models.FfnLayers()
+  p = _Params(layers, shape)
+  costs = measured_costs.Measure(p, [tf.random.stateless_normal(shape, [1, 2])], repeats=2)
+  assert len(costs) == len(layers)
+  assert all(c.forward_s > 0 and c.input_grad_s >= 0 and c.weight_grad_s >= 0 for c in costs)
+  balanced = measured_costs.Balanced(p, costs)
+  assert balanced.cost == partition.CostKind.GIVEN and p.cost == partition.CostKind.FLOPS
+  pipe = balanced.Instantiate()
+  splits = partition.BalancedSplits([c.step_s for c in costs], 2)
+  assert pipe.CellLayerIndices() == [list(range(splits[0])), list(range(splits[0], 4))]
+
+
+def test_a_layer_of_many_more_flops_measures_more():
+  """8 -> 8 against 1024 -> 1024 on 64 rows (16,384 times the FLOPs)."""
+  layers = [linear.ProjectionLayer.Params().Set(name='small', input_dim=8, output_dim=8),
+            linear.ProjectionLayer.Params().Set(name='wide', input_dim=8, output_dim=1024),
+            linear.ProjectionLayer.Params().Set(name='big', input_dim=1024, output_dim=1024)]
+  costs = measured_costs.Measure(_Params(layers, [64, 8], k=1, m=1),
+                                 [tf.ones([64, 8])], repeats=3)
+  assert costs[2].step_s > costs[0].step_s
+
+
+def test_bad_requests_are_named():
+  layers, shape = models.FfnLayers()
+  with pytest.raises(ValueError, match=r'repeats \(0\) must be >= 1'):
+    measured_costs.Measure(_Params(layers, shape), [tf.ones(shape)], repeats=0)
+  cell_tpl = gpipe.PipeliningLayer.Params().Set(name='manual', cell_tpl=layers[:2])
+  with pytest.raises(ValueError, match=r"'manual'.*has none \(cell_tpl"):
+    measured_costs.Measure(cell_tpl, [tf.ones(shape)])
+
+
+def test_given_costs_move_the_split_and_are_checked():
+  """Four equal layers split 2 + 2 by FLOPs; given costs 1, 1, 1, 10 put
+  the costly one alone. Wrong counts, bad values and costs without
+  CostKind.GIVEN are one line naming the pipeline."""
+  layers, shape = models.FfnLayers()
+  assert models.Pipeline(layers, shape, 2, 2).CellLayerIndices() == [[0, 1], [2, 3]]
+  given = models.Pipeline(layers, shape, 2, 2, cost=partition.CostKind.GIVEN,
+                          layer_costs=[1, 1, 1, 10])
+  assert given.CellLayerIndices() == [[0, 1, 2], [3]]
+  for costs, match in (([1, 1], r"'pipe': .*layer_costs has 2 for 4 layers"),
+                       ([1, 1, 0, 1], r"'pipe': layer_costs\[2\] is 0; every cost must be")):
+    with pytest.raises(ValueError, match=match):
+      models.Pipeline(layers, shape, 2, 2, cost=partition.CostKind.GIVEN, layer_costs=costs)
+  with pytest.raises(ValueError, match=r"'pipe': layer_costs are set but cost is .*FLOPS"):
+    models.Pipeline(layers, shape, 2, 2, layer_costs=[1, 1, 1, 10])
