@@ -1,6 +1,7 @@
 """measured_costs: each layer timed alone at the micro-batch size, and a
 partition that balances the measured seconds."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -66,3 +67,13 @@ def test_given_costs_move_the_split_and_are_checked():
       models.Pipeline(layers, shape, 2, 2, cost=partition.CostKind.GIVEN, layer_costs=costs)
   with pytest.raises(ValueError, match=r"'pipe': layer_costs are set but cost is .*FLOPS"):
     models.Pipeline(layers, shape, 2, 2, layer_costs=[1, 1, 1, 10])
+
+
+def test_given_costs_may_be_numpy_numbers_not_booleans():
+  layers, shape = models.FfnLayers()
+  given = dict(cost=partition.CostKind.GIVEN)
+  pipe = models.Pipeline(layers, shape, 2, 2, layer_costs=list(np.float32([1, 1, 1, 10])),
+                         **given)
+  assert pipe.CellLayerIndices() == [[0, 1, 2], [3]]
+  with pytest.raises(ValueError, match=r'layer_costs\[0\] is True'):
+    models.Pipeline(layers, shape, 2, 2, layer_costs=[True, 1, 1, 1], **given)

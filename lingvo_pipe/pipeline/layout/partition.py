@@ -2,6 +2,7 @@
 
 import enum
 import math
+import numbers
 from typing import Any, List, Sequence
 
 from lingvo_pipe.core import hyperparams
@@ -45,7 +46,8 @@ def CheckGivenCosts(given: Sequence[float], num_layers: int, where: str = '') ->
     raise ValueError(f'{where}cost=CostKind.GIVEN needs one cost per layer: layer_costs '
                      f'has {len(given)} for {num_layers} layers.')
   bad = [(i, c) for i, c in enumerate(given)
-         if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0]
+         if not isinstance(c, numbers.Real) or isinstance(c, bool) or not math.isfinite(c)
+         or c <= 0]
   if bad:
     raise ValueError(f'{where}layer_costs[{bad[0][0]}] is {bad[0][1]!r}; every cost must be a '
                      'positive finite number (e.g. seconds measured by '
