@@ -7,11 +7,14 @@ PipeliningLayer's `layers` alone, on one device, at the micro-batch size,
 feeding each the previous one's real outputs; `Balanced` gives the params
 that balance them (cost=CostKind.GIVEN, layer_costs).
 
-Per layer three traced functions run `repeats` times after a warm-up, and
-the median of each is kept: its forward (F), the forward and the
-gradient of its floating inputs (F + I), and the forward and the gradients
-of its inputs and its weights (F + I + W). I and W are the differences,
-at least 0 (a difference of two noisy medians can go below it). Each
+Per layer three traced functions run after a warm-up: its forward (F),
+the forward and the gradient of its floating inputs (F + I), and the
+forward and the gradients of its inputs and its weights (F + I + W), each
+once per round in `repeats` rounds over all the layers (so that drift, a
+machine growing busier, falls alike on every layer: timed layer after
+layer, identical layers of ffn measured 8-12 ms), the median kept. I and W
+are the differences, at least 0 (a difference of two noisy medians can go
+below it). Each
 layer is built from its params with fresh variables: what it costs does
 not depend on their values.
 """
@@ -63,12 +66,22 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   batch = contract.InputLayout(tuple(inputs)).batch_size
   num_micro = micro_batch_count.NumMicroBatches(pipeline, batch)
   x = contract.SplitInputs(tuple(inputs), num_micro)[0]
-  costs = []
+  functions = []
   with tf.device(device):
     for p in base_params.WithInheritedBaseParams(pipeline).layers:
       layer = p.Instantiate()
-      costs.append(_LayerCost(layer, x, repeats))
+      functions.append(_TracedFunctions(layer, x))
       x = _AsTuple(layer.FProp(layer.theta, *x))
+    times: List[List[List[float]]] = [[[] for _ in fns] for fns in functions]
+    for _ in range(repeats):
+      for per_layer, fns in zip(times, functions):
+        for per_fn, fn in zip(per_layer, fns):
+          per_fn.append(_Seconds(fn))
+  costs = []
+  for per_layer in times:
+    forward, with_inputs, with_weights = (statistics.median(t) for t in per_layer)
+    costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
+                           max(with_weights - with_inputs, 0.0)))
   return costs
 
 
@@ -83,7 +96,9 @@ def _AsTuple(out: Any) -> tuple:
   return out if isinstance(out, tuple) else (out,)
 
 
-def _LayerCost(layer: Any, x: tuple, repeats: int) -> LayerCost:
+def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
+  """The layer's forward, forward + input gradients, forward + all
+  gradients, traced and run once."""
   weights = list(layer.trainable_variables)
   floats = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]
 
@@ -99,20 +114,16 @@ def _LayerCost(layer: Any, x: tuple, repeats: int) -> LayerCost:
       return [g for g in tape.gradient(loss, sources) if g is not None]
     return Run
 
-  forward = _MedianSeconds(Forward, repeats)
-  with_inputs = _MedianSeconds(Gradients(floats), repeats) if floats else forward
-  with_weights = _MedianSeconds(Gradients(floats + weights), repeats)
-  return LayerCost(forward, max(with_inputs - forward, 0.0),
-                   max(with_weights - with_inputs, 0.0))
+  fns = [tf.function(f, autograph=False)
+         for f in (Forward, Gradients(floats) if floats else Forward,
+                   Gradients(floats + weights))]
+  for fn in fns:
+    _Seconds(fn)
+  return fns
 
 
-def _MedianSeconds(fn: Callable[[], Any], repeats: int) -> float:
-  """The median wall time of the traced `fn` over `repeats` runs after one."""
-  traced = tf.function(fn, autograph=False)
-  tf.nest.map_structure(lambda t: t.numpy(), traced())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), traced())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+def _Seconds(fn: Callable[[], Any]) -> float:
+  """The wall time of one run of `fn`, its results fetched."""
+  start = time.perf_counter()
+  tf.nest.map_structure(lambda t: t.numpy(), fn())
+  return time.perf_counter() - start
