@@ -15,6 +15,7 @@ from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
+from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline import gpipe
 
@@ -48,8 +49,7 @@ class CarryLayer(base_layer.BaseLayer):
   def FPropWithUpdates(self, theta: NestedMap, *inputs: Any) -> Tuple[tuple, NestedMap]:
     p = self.params
     out, updates = self.body.FPropWithUpdates(theta.body, *inputs[:p.num_body_inputs])
-    outputs = out if isinstance(out, tuple) else (out,)
-    return outputs + tuple(inputs[p.num_replaced_inputs:]), NestedMap(body=updates)
+    return containers.AsTuple(out) + tuple(inputs[p.num_replaced_inputs:]), NestedMap(body=updates)
 
   @classmethod
   def FPropMeta(cls, params: hyperparams.Params, *input_shapes: Any) -> layer_meta.LayerMeta:

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
@@ -71,7 +72,7 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
     for p in base_params.WithInheritedBaseParams(pipeline).layers:
       layer = p.Instantiate()
       functions.append(_TracedFunctions(layer, x))
-      x = _AsTuple(layer.FProp(layer.theta, *x))
+      x = containers.AsTuple(layer.FProp(layer.theta, *x))
     times: List[List[List[float]]] = [[[] for _ in fns] for fns in functions]
     for _ in range(repeats):
       for per_layer, fns in zip(times, functions):
@@ -90,10 +91,6 @@ def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperp
   step seconds of its layers."""
   return pipeline.Copy().Set(cost=partition.CostKind.GIVEN,
                              layer_costs=[c.step_s for c in costs])
-
-
-def _AsTuple(out: Any) -> tuple:
-  return out if isinstance(out, tuple) else (out,)
 
 
 def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
