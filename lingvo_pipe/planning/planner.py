@@ -212,8 +212,7 @@ def _CellPolicy(step: program.Program, cell: int) -> RematPolicy:
   where the program keeps every one of them."""
   if step.policy != RematPolicy.NONE:
     return step.policy
-  keeps_all = all(step.decisions[(c, m)].record for c, m in step.decisions if c == cell)
-  return RematPolicy.NONE if keeps_all else RematPolicy.PER_CELL
+  return RematPolicy.NONE if step.KeepsAll(cell) else RematPolicy.PER_CELL
 
 
 def _FactorBytes(p: layer_meta.Projection) -> int:
@@ -226,9 +225,8 @@ def _CellState(cell: Sequence[_Layer], step: program.Program, k: int,
   """state(k) of the module docstring."""
   params = sum(l.full.param_bytes for l in cell)
   num_micro = step.schedule.num_micro_batches
-  backwards = [d for (c, _), d in step.decisions.items() if c == k]
   deferred = []
-  if all(d.defer and not d.split for d in backwards):
+  if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in l.micro.projections
                 if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
   summed = params - sum(p.in_dim * p.out_dim * p.bytes_per_element for p in deferred)

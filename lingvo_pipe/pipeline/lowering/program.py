@@ -32,7 +32,7 @@ the program the step runs.
 import dataclasses
 import enum
 import functools
-from typing import Dict, FrozenSet, Mapping, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Tuple
 
 from lingvo_pipe.pipeline.lowering import remat
 from lingvo_pipe.pipeline.schedules import actions
@@ -96,10 +96,23 @@ class Program:
     """(cell, micro-batch) of every forward kept on a tape for its backward."""
     return frozenset(key for key, d in self.decisions.items() if d.record)
 
+  def CellDecisions(self, cell: int) -> List[remat.Decision]:
+    """The decisions of `cell`'s micro-batches."""
+    return [d for (c, _), d in self.decisions.items() if c == cell]
+
   def Splits(self, cell: int) -> bool:
     """Whether some backward of `cell` leaves its weight gradients to a W
     (remat.Decision.split; where none does, its W's compute nothing)."""
-    return any(d.split for (c, _), d in self.decisions.items() if c == cell)
+    return any(d.split for d in self.CellDecisions(cell))
+
+  def KeepsAll(self, cell: int) -> bool:
+    """Whether every forward of `cell` is kept on a tape for its backward."""
+    return all(d.record for d in self.CellDecisions(cell))
+
+  def DefersToStepEnd(self, cell: int) -> bool:
+    """Whether every backward of `cell` defers its projections' weight
+    gradients to one product per step (defer, not split into a W)."""
+    return all(d.defer and not d.split for d in self.CellDecisions(cell))
 
   @property
   def reduces(self) -> Tuple[int, ...]:

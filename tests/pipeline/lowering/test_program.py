@@ -193,3 +193,20 @@ def test_emission_from_m():
 def test_a_bad_policy_is_refused():
   with pytest.raises(TypeError, match="policy must be a RematPolicy, got 'none'"):
     program.Lower(_Schedule('GPIPE'), 'none', False, 1, INSIDE, UNROLLED)
+
+
+def test_per_cell_answers_of_the_program():
+  """1F1B at K=2, M=2 under PER_CELL, unrolled: the last cell keeps both
+  forwards (its backward follows each), the first keeps only its last;
+  every backward defers to one product per step and none splits. ZB-H1
+  splits its backwards into W's, so it does not defer them to the step's
+  end."""
+  one_f_one_b = program.Lower(schedule.Actions(ScheduleKind.ONE_F_ONE_B, 2, 2),
+                              RematPolicy.PER_CELL, False, 1, program.Step.LOSS_INSIDE,
+                              program.Emission.UNROLLED)
+  assert [one_f_one_b.KeepsAll(c) for c in (0, 1)] == [False, True]
+  assert [one_f_one_b.DefersToStepEnd(c) for c in (0, 1)] == [True, True]
+  assert not one_f_one_b.Splits(0) and len(one_f_one_b.CellDecisions(0)) == 2
+  zb = program.Lower(schedule.Actions(ScheduleKind.ZB_H1, 2, 2), RematPolicy.PER_CELL,
+                     False, 1, program.Step.LOSS_INSIDE, program.Emission.UNROLLED)
+  assert zb.Splits(0) and not zb.DefersToStepEnd(0)
