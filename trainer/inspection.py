@@ -17,6 +17,7 @@ from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.planning import choices
 from lingvo_pipe.planning import planner
 from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.layout import cluster
@@ -154,8 +155,8 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
                       broadcast_inputs=p.broadcast_inputs, schedules=schedules,
                       loop_from=lambda kind, remat: plan_lib.LoopFromM(
                           p.Copy().Set(schedule=kind, remat=remat)))
-  best = planner.Recommend(rows)
-  verdict = (f'{planner.Override(best)} (the pipeline\'s params)' if best else
+  best = choices.Recommend(rows)
+  verdict = (f'{choices.Override(best)} (the pipeline\'s params)' if best else
              f'none fits {budget_bytes / 2**20:.0f} MiB; raise --planner_budget_mb or '
              'give the model more devices')
   per_replica = (f'; for each of the {p.num_replicas} replicas: 1/'
@@ -167,7 +168,7 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
           f'largest peak{per_replica}; time x: step time over the fastest row\'s; '
           f'schedules weighed (the planner\'s that the model trains): {names}; '
           f'recommended (*): {verdict}',
-          planner.FormatTable(rows)]
+          choices.FormatTable(rows)]
 
 
 def _ReplicaInputShapes(p: hyperparams.Params) -> List[Any]:

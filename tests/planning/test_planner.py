@@ -12,6 +12,7 @@ from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
+from lingvo_pipe.planning import choices
 from lingvo_pipe.planning import planner
 
 F32 = 4
@@ -131,12 +132,12 @@ def test_recommend_is_the_fastest_that_fits():
   rows = planner.Plan(layers, [[64, 64]], budget)
   fitting = [r for r in rows if r.max_peak_bytes <= budget]
   assert [r for r in rows if r.fits] == fitting
-  best = planner.Recommend(rows)
+  best = choices.Recommend(rows)
   fastest = min(r.relative_step_time for r in fitting)
   assert best.fits and best.relative_step_time == fastest
   assert best.max_peak_bytes == min(r.max_peak_bytes for r in fitting
                                     if r.relative_step_time == fastest)
-  table = planner.FormatTable(rows)
+  table = choices.FormatTable(rows)
   marked = [line for line in table.splitlines() if line.startswith('*')]
   assert len(marked) == 1 and marked[0].split()[1:5] == [
       str(best.num_cells), '1', str(best.num_micro_batches), best.remat.name]
@@ -145,8 +146,8 @@ def test_recommend_is_the_fastest_that_fits():
 def test_recommend_none_when_nothing_fits():
   rows = planner.Plan(_Stack([64] * 5), [[64, 64]], 1)
   assert rows and not any(r.fits for r in rows)
-  assert planner.Recommend(rows) is None
-  assert 'No candidate fits' in planner.FormatTable(rows)
+  assert choices.Recommend(rows) is None
+  assert 'No candidate fits' in choices.FormatTable(rows)
 
 
 def test_errors_name_the_values():
@@ -169,7 +170,7 @@ def test_errors_name_the_values():
 
 def test_largest_fitting_stack_grows_with_the_budget():
   def Largest(budget):
-    return planner.LargestFittingStack(lambda n: _Stack([32] * (n + 1)), [[16, 32]],
+    return choices.LargestFittingStack(lambda n: _Stack([32] * (n + 1)), [[16, 32]],
                                        budget, 2, 4, RematPolicy.PER_CELL,
                                        optimizer_slots=1, max_layers=200)
 
@@ -186,7 +187,7 @@ def test_largest_fitting_stack_grows_with_the_budget():
     assert Peak(size) <= budget < Peak(size + 1)
   assert Largest(10**12) == 200
   with pytest.raises(ValueError, match=r'max_layers \(1\) >= num_cells \(2\)'):
-    planner.LargestFittingStack(lambda n: _Stack([8] * (n + 1)), [[8, 8]], 10**6, 2, 1,
+    choices.LargestFittingStack(lambda n: _Stack([8] * (n + 1)), [[8, 8]], 10**6, 2, 1,
                                 RematPolicy.NONE, max_layers=1)
 
 
@@ -264,8 +265,8 @@ def test_plan_recommends_a_schedule():
   budget = (one_f.max_peak_bytes + gpipe_row.max_peak_bytes) // 2
   rows = planner.Plan(layers, [[64, 64]], budget, cells=(4,), micro_batches=(8,),
                       remats=(RematPolicy.NONE,), schedules=kinds)
-  assert planner.Recommend(rows).schedule_kind == ScheduleKind.ONE_F_ONE_B
-  assert 'ONE_F_ONE_B' in planner.FormatTable(rows).splitlines()[2]
+  assert choices.Recommend(rows).schedule_kind == ScheduleKind.ONE_F_ONE_B
+  assert 'ONE_F_ONE_B' in choices.FormatTable(rows).splitlines()[2]
 
 
 def test_plan_skips_what_a_schedule_cannot_run():
