@@ -98,11 +98,12 @@ def CreateSlots(optimizer: tf.compat.v1.train.Optimizer,
   e.g. Adam's beta powers) as its first apply_gradients would, each next to
   its variable, by tracing an apply of zero gradients that never runs.
   tf.function traces a function twice when its first trace creates
-  variables: created first, the training loop is traced once."""
+  variables: created first, the training loop is traced once. The apply is
+  traced by wrap_function, once (tf.function would trace it twice too)."""
   def Apply() -> None:
     optimizer.apply_gradients([(tf.zeros(v.shape, v.dtype.base_dtype), v)
                                for v in variables])
-  tf.function(Apply, autograph=False).get_concrete_function()
+  tf.compat.v1.wrap_function(Apply, [])
 
 
 def SynchronizeCopies(optimizer: tf.compat.v1.train.Optimizer,
