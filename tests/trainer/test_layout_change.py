@@ -48,16 +48,17 @@ def _Losses(logdir):
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """A logdir trained FIRST steps at K=2 M=2; the eval loss there, and the
-  losses of MORE steps more at K=2 (in a copy)."""
+  """A logdir with the checkpoint of FIRST steps at K=2 M=2; the eval loss
+  there, and the losses of MORE steps more at K=2: the same trainer going
+  on, as a run never stopped would (one trainer: building and tracing one
+  is most of a test's time)."""
   root = tmp_path_factory.mktemp('layouts')
-  _Trainer(root / 'k2', K2).Train(FIRST)
-  shutil.copytree(root / 'k2' / 'checkpoints', root / 'k2_more' / 'checkpoints')
-  trainer = _Trainer(root / 'k2_more', K2)
-  assert trainer.Restore()
+  trainer = _Trainer(root / 'k2', K2)
+  trainer.Train(FIRST)
+  shutil.copytree(root / 'k2' / 'checkpoints', root / 'first' / 'checkpoints')
   eval_loss = trainer.Eval()['loss']
   trainer.Train(FIRST + MORE)
-  return root / 'k2', eval_loss, _Losses(root / 'k2_more')
+  return root / 'first', eval_loss, _Losses(root / 'k2')
 
 
 def _Resume(trained, tmp_path, overrides):
