@@ -66,7 +66,7 @@ def RunnableSchedules(owner: Optional[type]) -> Sequence[schedule.ScheduleKind]:
   return tuple(getattr(owner, SCHEDULES_ATTRIBUTE, (schedule.ScheduleKind.GPIPE,)))
 
 
-def _Pipelines(params: Any, path: str = '',
+def PipelinesInParams(params: Any, path: str = '',
                owner: Optional[type] = None) -> Iterator[Pipeline]:
   """(path, params, owner class) of every PipeliningLayer in nested params."""
   if isinstance(params, hyperparams.Params):
@@ -79,14 +79,14 @@ def _Pipelines(params: Any, path: str = '',
       yield f'{path}.pipeline', base_params.WithInheritedBaseParams(pipeline), cls
       return
     for key, value in params.IterParams():
-      yield from _Pipelines(value, f'{path}.{key}' if path else key,
+      yield from PipelinesInParams(value, f'{path}.{key}' if path else key,
                             cls if cls is not None else owner)
 
 
 def NeedsBuild(task_params: hyperparams.Params) -> bool:
   """Whether a pipeline in the params has no layers yet: the task fills
   them in when it is built, so only the built task shows its cells."""
-  return any(not p.layers and not p.cell_tpl for _, p, _ in _Pipelines(task_params))
+  return any(not p.layers and not p.cell_tpl for _, p, _ in PipelinesInParams(task_params))
 
 
 def BuiltPipelines(task: Any) -> List[Pipeline]:
@@ -219,7 +219,7 @@ def ModelPlan(task_params: hyperparams.Params,
   pipelines are read from it instead (see NeedsBuild)."""
   lines: List[str] = []
   task_params = base_params.WithInheritedBaseParams(task_params)
-  pipelines = BuiltPipelines(task) if task is not None else list(_Pipelines(task_params))
+  pipelines = BuiltPipelines(task) if task is not None else list(PipelinesInParams(task_params))
   for path, p, owner in pipelines:
     cells = cells_lib.CellParams(p)
     resolved = _Plan(p, len(cells), cluster_tasks)

@@ -55,6 +55,7 @@ class Options:
   trust_cluster_network: bool = False
   worker_timeout_s: float = 20.0
   planner_budget_mb: int = 1024
+  memory_budget_mb: int = 0
   sample_bytes: int = 200
   decode_prompt: str = ''
   export_keep_devices: bool = False

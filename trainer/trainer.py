@@ -4,10 +4,7 @@
       --mode=train_and_eval
   lingvo_pipe_trainer --model=my_exps.MlpGPipe --mode=train   # ./my_exps.py
 
-Modes: train, eval, train_and_eval, evaler and decoder (each checkpoint of a training run as it
-is written), inspect_params, inspect_model, profile (a pipeline timeline of one training step),
-decode, export (a SavedModel) and worker (a task of --cluster_spec serving a client's cells).
-This file holds the flags and the table of modes; each mode is a module of trainer/ that reads
+The modes are --mode's (its help names each). This file holds the flags and the table of modes; each mode is a module of trainer/ that reads
 one RunContext (trainer/run_context.py). User errors (unknown model, bad override, unwritable
 logdir, missing data) end the program with one line on stderr and exit code 2, without a
 traceback. SIGTERM and SIGINT end training after the step under way with a checkpoint at that
@@ -52,6 +49,7 @@ MODES: Dict[str, str] = {
     'decode': 'trainer.decode_mode',
     'export': 'trainer.decode_mode',
     'worker': 'trainer.worker_mode',
+    'tune': 'trainer.tune_mode',
 }
 # Modes that run without an experiment (--model is not read).
 _WITHOUT_EXPERIMENT = frozenset({'worker'})
@@ -71,7 +69,8 @@ flags.DEFINE_enum('mode', 'train_and_eval', list(MODES),
                   "--max_steps), inspect_params, inspect_model (cells, devices, costs, the planner's "
                   'table), profile (a timeline of one step, nothing trained), decode, export (a '
                   'SavedModel), worker (serve as task --task of --cluster_spec on a port open to '
-                  'anyone who reaches it: docs/several_machines.md#security).')
+                  'anyone who reaches it: docs/several_machines.md#security), tune (the fastest '
+                  'layout within --memory_budget_mb, measured: docs/tuning.md).')
 flags.DEFINE_string('model_params_override', '', 'Overrides such as '
                     "\"trainer.max_steps=100; task.stack.model_dim=64\" (items "
                     "separated by ';' or newlines; Lingvo's key : value works too).")
@@ -103,10 +102,10 @@ flags.DEFINE_float('worker_timeout_s', 20.0, 'With a cluster: end the run with a
                    'workers to come up.')
 flags.DEFINE_bool('tf_cpp_logs', False, "Show TensorFlow's C++ log lines (INFO and up). Without "
                   'it only FATAL ones show, or those at and above TF_CPP_MIN_LOG_LEVEL if set.')
-flags.DEFINE_integer('planner_budget_mb', 1024, 'inspect_model: memory of '
-                     'each device for the planner\'s table, in MiB.')
-flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language '
-                     'model, print a sample of this many bytes (0: none).')
+flags.DEFINE_integer('planner_budget_mb', 1024, "inspect_model: each device's memory, MiB.")
+flags.DEFINE_integer('memory_budget_mb', 0, "tune: memory of each device in MiB (0: the host's).")
+flags.DEFINE_integer('sample_bytes', 200, 'After train_and_eval of a language model, print '
+                     'a sample of this many bytes (0: none).')
 flags.DEFINE_string('decode_prompt', '', 'In --mode=decode, decode this text (one example per '
                     'line: a sentence to translate, a prompt to continue), not the dev split.')
 flags.DEFINE_bool('export_keep_devices', False, "In --mode=export, keep each pipeline cell's "
@@ -114,7 +113,6 @@ flags.DEFINE_bool('export_keep_devices', False, "In --mode=export, keep each pip
                   'whatever devices the loader has).')
 
 _OWN_FLAGS = [name for name in FLAGS if name not in _ABSL_FLAGS]
-
 _HELP_ARGS = frozenset({'--help', '-help', '-h', '-?', '--helpshort', '-helpshort'})
 
 
@@ -141,6 +139,8 @@ def Main(argv: List[str]) -> None:
   """Filters TensorFlow's C++ log lines, then runs Execute (its status)."""
   del argv
   _QuietCppLogs()
+  if FLAGS.mode == 'tune':  # the allocator's peaks (tune_mode); before TensorFlow starts
+    os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
   logging.set_verbosity(logging.WARNING)
   status = Execute()
   if status:

@@ -19,10 +19,12 @@ layer is built from its params with fresh variables: what it costs does
 not depend on their values.
 """
 
+import contextlib
 import dataclasses
+import logging
 import statistics
 import time
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Iterator, List, Sequence
 
 import tensorflow as tf
 
@@ -32,6 +34,11 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
+
+
+# A measured time is at least this (a layer's cost must be positive to
+# be balanced: partition.CheckGivenCosts).
+_MIN_SECONDS = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +75,7 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   num_micro = micro_batch_count.NumMicroBatches(pipeline, batch)
   x = contract.SplitInputs(tuple(inputs), num_micro)[0]
   functions = []
-  with tf.device(device):
+  with tf.device(device), _QuietRetracing():
     for p in base_params.WithInheritedBaseParams(pipeline).layers:
       layer = p.Instantiate()
       functions.append(_TracedFunctions(layer, x))
@@ -78,12 +85,48 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
       for per_layer, fns in zip(times, functions):
         for per_fn, fn in zip(per_layer, fns):
           per_fn.append(_Seconds(fn))
+  call = _CallSeconds(repeats * len(functions))
   costs = []
   for per_layer in times:
-    forward, with_inputs, with_weights = (statistics.median(t) for t in per_layer)
+    forward, with_inputs, with_weights = (max(statistics.median(t) - call, _MIN_SECONDS)
+                                          for t in per_layer)
     costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
                            max(with_weights - with_inputs, 0.0)))
   return costs
+
+
+def LayerInputs(pipeline: hyperparams.Params, inputs: tuple, index: int,
+                device: str = '/device:CPU:0') -> tuple:
+  """The inputs of `pipeline`'s layer `index` when its first layer gets
+  `inputs` (one micro-batch): the layers before it run once, on `device`."""
+  x = tuple(inputs)
+  with tf.device(device):
+    for p in base_params.WithInheritedBaseParams(pipeline).layers[:index]:
+      layer = p.Instantiate()
+      x = containers.AsTuple(layer.FProp(layer.theta, *x))
+  return x
+
+
+def Concurrency(layer: hyperparams.Params, inputs: Sequence[Any], devices: Sequence[str],
+                repeats: int = 5) -> float:
+  """How many times more work `devices` do at once than one alone: one
+  copy of `layer` per device, its forward and gradients on `inputs` (one
+  micro-batch), run on every device at once against on the first alone
+  (medians of `repeats`), as len(devices) * alone / together, within
+  [1, len(devices)]. 1: the devices share one set of cores that each op
+  already fills; len(devices): they run as if on separate machines."""
+  if repeats < 1 or not devices:
+    raise ValueError(f'repeats ({repeats}) must be >= 1 and devices ({devices!r}) not empty.')
+  runs = []
+  for device in devices:
+    with tf.device(device), _QuietRetracing():
+      runs.append(_TracedFunctions(layer.Instantiate(), tuple(inputs))[-1])
+  together = tf.function(lambda: [run() for run in runs], autograph=False)
+  _Seconds(together)
+  alone = [_Seconds(runs[0]) for _ in range(repeats)]
+  both = [_Seconds(together) for _ in range(repeats)]
+  ratio = len(devices) * statistics.median(alone) / statistics.median(both)
+  return min(max(ratio, 1.0), float(len(devices)))
 
 
 def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperparams.Params:
@@ -108,7 +151,7 @@ def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
         tape.watch(floats)
         out = [t for t in Forward() if t.dtype.is_floating]
         loss = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for t in out])
-      return [g for g in tape.gradient(loss, sources) if g is not None]
+      return [tf.convert_to_tensor(g) for g in tape.gradient(loss, sources) if g is not None]
     return Run
 
   fns = [tf.function(f, autograph=False)
@@ -117,6 +160,32 @@ def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
   for fn in fns:
     _Seconds(fn)
   return fns
+
+
+class _OwnRetracing(logging.Filter):
+  """Drops TensorFlow's warning that this module's functions retrace: each
+  is traced once by design, but they share their Python code."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return '_TracedFunctions' not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _QuietRetracing() -> Iterator[None]:
+  logger, quiet = tf.get_logger(), _OwnRetracing()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
+def _CallSeconds(repeats: int) -> float:
+  """The median time of calling a traced function that computes nothing
+  and fetching its result."""
+  nothing = tf.function(lambda: tf.constant(0.0), autograph=False)
+  _Seconds(nothing)
+  return statistics.median(_Seconds(nothing) for _ in range(max(repeats, 3)))
 
 
 def _Seconds(fn: Callable[[], Any]) -> float:

@@ -49,7 +49,7 @@ def test_layers_inherit_the_compute_dtype_set_on_a_pipeline():
 
 def _CellActBytes(key):
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(key))
-  (_, pipe, _), = list(inspection._Pipelines(
+  (_, pipe, _), = list(inspection.PipelinesInParams(
       base_params.WithInheritedBaseParams(params.task)))
   shapes = tuple(tf.TensorShape(s) for s in pipe.input_shapes)
   act = []

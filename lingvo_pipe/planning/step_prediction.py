@@ -1,0 +1,77 @@
+"""A training step's seconds predicted from measured layer costs.
+
+The simulator (schedules/simulate) runs the step's program with each
+action costing what its cell's layers measured (measured_costs.Measure at
+the micro-batch size): F the forwards; a backward the program splits, I
+the input gradients plus its recomputation (Program.RecomputeUnits
+forwards) and W the weight gradients; one it does not split, B all of
+them. That is the step if the devices were separate machines. On one
+machine they share its cores, so the step also takes at least the sum of
+all actions over the devices' measured concurrency (measured_costs.
+Concurrency: 1 where each op already fills the cores, K for separate
+machines): the prediction is the larger of the two.
+"""
+
+import dataclasses
+from typing import List, Mapping, Sequence
+
+from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.schedules import simulate
+from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
+from lingvo_pipe.planning import measured_costs
+from lingvo_pipe.planning import overheads as overheads_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSeconds:
+  """The prediction and its two bounds: `critical` the simulated step
+  (devices as separate machines), `shared` all actions' seconds over the
+  concurrency (one machine's cores)."""
+  critical: float
+  shared: float
+
+  @property
+  def seconds(self) -> float:
+    return max(self.critical, self.shared)
+
+
+def CellCosts(layer_costs: Sequence[measured_costs.LayerCost],
+              splits: Sequence[int]) -> List[measured_costs.LayerCost]:
+  """Per cell of `splits` (partition's split points) its layers' costs summed."""
+  return [measured_costs.LayerCost(sum(c.forward_s for c in cell),
+                                   sum(c.input_grad_s for c in cell),
+                                   sum(c.weight_grad_s for c in cell))
+          for cell in partition.SplitLayers(list(layer_costs), list(splits))]
+
+
+def Predict(step: program.Program, cells: Sequence[measured_costs.LayerCost],
+            concurrency: float,
+            overheads: overheads_lib.Overheads = overheads_lib.Overheads()) -> StepSeconds:
+  """The step's seconds (module docstring): `cells` per cell of the
+  program's schedule, `concurrency` of its devices (>= 1)."""
+  if len(cells) != step.schedule.num_cells or concurrency < 1:
+    raise ValueError(f'{len(cells)} cell costs for {step.schedule.num_cells} cells, '
+                     f'concurrency {concurrency}: give one cost per cell and a '
+                     'concurrency >= 1.')
+  extra = (overheads.loop_action_s if step.emission == program.Emission.LOOP
+           else overheads.action_s)
+  per_action: Mapping = {a: _ActionSeconds(step, a, cells[a.cell]) + extra
+                         for _, _, a in step.schedule.Positions()}
+  critical = simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
+  return StepSeconds(critical + overheads.step_s,
+                     sum(per_action.values()) / concurrency + overheads.step_s)
+
+
+def _ActionSeconds(step: program.Program, a, cell: measured_costs.LayerCost) -> float:
+  if a.kind == Kind.F:
+    return cell.forward_s
+  if a.kind == Kind.REDUCE:
+    return 0.0
+  split = step.decisions[(a.cell, a.micro)].split
+  recompute = step.RecomputeUnits(a.cell, a.micro) * cell.forward_s
+  if a.kind == Kind.W:
+    return cell.weight_grad_s if split else 0.0
+  if a.kind == Kind.I and split:
+    return cell.input_grad_s + recompute
+  return cell.input_grad_s + cell.weight_grad_s + recompute

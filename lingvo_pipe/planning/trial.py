@@ -1,0 +1,84 @@
+"""A few training steps of one pipeline layout, timed: the tuner's check
+of its predictions where no trainer runs the model (benchmarks, notebooks).
+
+The step is the pipeline's alone: the loss inside it (FPropWithLoss, the
+mean square of its first output, so every schedule trains), every gradient,
+and plain gradient descent on the weights. The peak is the allocator's over
+the timed steps (warm-up excluded), less what it held before the pipeline
+was built: tf.config.experimental.get_memory_info, which on CPU needs
+TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (else None). On CPU
+all logical devices share that allocator, so the peak is every device's.
+"""
+
+import statistics
+import time
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_pipe.core import hyperparams
+
+
+def StepSeconds(run: Callable[[int], Any], rounds: int = 3, round_s: float = 0.3) -> float:
+  """The median over `rounds` rounds of the seconds per step of `run(n)`
+  (runs n steps), n such that a round takes about `round_s` (at least one
+  step): a short step is timed over many, so that a timer's and a call's
+  noise does not decide between two layouts. Call it after a warm-up."""
+  start = time.perf_counter()
+  run(1)
+  steps = max(1, min(100, int(round_s / max(time.perf_counter() - start, 1e-6))))
+  seconds = []
+  for _ in range(max(rounds, 1)):
+    start = time.perf_counter()
+    run(steps)
+    seconds.append((time.perf_counter() - start) / steps)
+  return statistics.median(seconds)
+
+
+def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
+        memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
+  """(seconds per step, peak bytes or None) of training steps of the
+  PipeliningLayer `pipeline` on `inputs` (a whole batch), timed by
+  StepSeconds after `warmup` steps (the first traces)."""
+  if warmup < 1:
+    raise ValueError(f'warmup ({warmup}) must be >= 1: the first step traces the graph.')
+  before = BytesInUse(memory_device)
+  pipe = pipeline.Instantiate()
+  variables = pipe.trainable_variables
+
+  def Loss(out: Any) -> tf.Tensor:
+    first = tf.nest.flatten(out)[0]
+    return tf.reduce_mean(tf.square(tf.cast(first, tf.float32)))
+
+  @tf.function(autograph=False)
+  def Step(*x):
+    with tf.GradientTape() as tape:
+      loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
+    for v, g in zip(variables, tape.gradient(loss, variables)):
+      if g is not None:
+        with tf.device(v.device):
+          v.assign_sub(1e-6 * tf.convert_to_tensor(g))
+    return loss
+
+  for _ in range(warmup):
+    Step(*inputs).numpy()
+  if before is not None:
+    tf.config.experimental.reset_memory_stats(memory_device)
+
+  def Steps(n: int) -> None:
+    for _ in range(n):
+      Step(*inputs).numpy()
+
+  seconds = StepSeconds(Steps)
+  peak = None
+  if before is not None:
+    peak = tf.config.experimental.get_memory_info(memory_device)['peak'] - before
+  return seconds, peak
+
+
+def BytesInUse(device: str = 'CPU:0') -> Optional[int]:
+  """The allocator's bytes in use, or None where it keeps no statistics."""
+  try:
+    return tf.config.experimental.get_memory_info(device)['current']
+  except ValueError:
+    return None

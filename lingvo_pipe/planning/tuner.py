@@ -1,0 +1,248 @@
+"""Tune: the fastest layout of a pipeline that fits a memory budget, chosen
+from measured costs and confirmed by running it.
+
+1. Measure (measured_costs): every layer's forward, input- and
+   weight-gradient seconds at each candidate micro-batch size, and how
+   much K devices gain by running at once on this machine.
+2. Search: every schedule x devices K x micro-batches M x remat (x the
+   schedule's v cells per device), split where the measured seconds
+   balance (partition.BalancedSplits), predicted: the step's seconds by
+   step_prediction from those costs, each device's peak by the planner's
+   memory model of the same program. A candidate fits if its largest
+   per-device peak is within the budget. Candidates whose steps are the
+   same program (same splits, actions and remat decisions: e.g. any
+   schedule on one device) count once, as the first of the space's.
+3. Verify: the `verify` fastest fitting candidates run a few training
+   steps each (a `trial`: planning/trial.py's, or the trainer's); the pick
+   is the fastest measured. Its override can be pasted back as is.
+"""
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from lingvo_pipe.core import base_params
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
+from lingvo_pipe.pipeline.layout import micro_batch
+from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.pipeline.layout import plan as plan_lib
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.planning import measured_costs
+from lingvo_pipe.planning import overheads as overheads_lib
+from lingvo_pipe.planning import planner
+from lingvo_pipe.planning import step_prediction
+
+Kind = schedule.ScheduleKind
+# (ScheduleKind, cells per device v) of the built-in schedules.
+ALL_SCHEDULES = ((Kind.GPIPE, 1), (Kind.ONE_F_ONE_B, 1), (Kind.INTERLEAVED, 2),
+                 (Kind.ZB_H1, 1), (Kind.ZB_H2, 1), (Kind.ZB_V, 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+  """The candidates: every combination of these that can run."""
+  schedules: Sequence[Tuple[Kind, int]] = ALL_SCHEDULES
+  devices: Sequence[int] = (1, 2, 4)
+  micro_batches: Sequence[int] = (1, 2, 4, 8, 16)
+  remats: Sequence[RematPolicy] = tuple(RematPolicy)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One layout of the pipeline."""
+  schedule_kind: Kind
+  num_devices: int
+  cells_per_device: int
+  num_micro_batches: int
+  remat: RematPolicy
+  splits: Tuple[int, ...]
+
+  def Apply(self, pipeline: hyperparams.Params) -> hyperparams.Params:
+    """A copy of the PipeliningLayer params `pipeline` with this layout."""
+    return pipeline.Copy().Set(**self._Values())
+
+  def Override(self, prefix: str) -> str:
+    """The layout as --model_params_override items of the pipeline at `prefix`."""
+    return '; '.join(f'{prefix}.{k}={_Text(v)}' for k, v in self._Values().items())
+
+  def _Values(self) -> Dict[str, Any]:
+    return dict(num_partitions=self.num_devices * self.cells_per_device,
+                num_micro_batches=self.num_micro_batches, micro_batch_size=0,
+                remat=self.remat, schedule=self.schedule_kind,
+                cells_per_device=self.cells_per_device, splits=list(self.splits))
+
+  def __str__(self) -> str:
+    v = f' v={self.cells_per_device}' if self.cells_per_device > 1 else ''
+    return (f'K={self.num_devices}{v} M={self.num_micro_batches} {self.remat.name} '
+            f'{self.schedule_kind.name}')
+
+
+def _Text(value: Any) -> str:
+  return value.name if hasattr(value, 'name') else str(value)
+
+
+@dataclasses.dataclass
+class Row:
+  """A candidate, predicted and (if verified) measured. Bytes are a
+  device's; `measured_peak_bytes` is the allocator's over every device
+  of the trial (on CPU they share one)."""
+  candidate: Candidate
+  predicted: step_prediction.StepSeconds
+  peak_bytes: int
+  shared_peak_bytes: int
+  total_peak_bytes: int
+  fits: bool
+  measured_s: Optional[float] = None
+  measured_peak_bytes: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurements:
+  """Per micro-batch count M the layers' costs at its micro-batch size,
+  per (M, devices) the devices' concurrency, and the step's overheads."""
+  costs: Dict[int, List[measured_costs.LayerCost]]
+  concurrency: Dict[Tuple[int, int], float]
+  overheads: overheads_lib.Overheads = overheads_lib.Overheads()
+
+
+def _Batch(pipeline: hyperparams.Params) -> int:
+  if not pipeline.layers or not pipeline.input_shapes:
+    raise ValueError(f'PipeliningLayer {pipeline.name!r}: tuning needs p.layers and '
+                     'p.input_shapes (the automatic partition); a cell_tpl pipeline is '
+                     'partitioned by hand.')
+  return micro_batch.Contract.FromParams(pipeline).InputLayout(
+      layer_meta.Shapes(*pipeline.input_shapes)).batch_size
+
+
+def MicroBatchCounts(pipeline: hyperparams.Params, space: Space) -> List[int]:
+  """The space's M that divide the pipeline's batch."""
+  batch = _Batch(pipeline)
+  return sorted(m for m in set(space.micro_batches) if m >= 1 and batch % m == 0)
+
+
+def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], space: Space,
+            devices: Sequence[str], repeats: int = 3) -> Measurements:
+  """The costs Search needs: each layer at every M of the space (on
+  devices[0]), the concurrency of the space's device counts (the layer
+  that costs most, one copy per device), and the overheads (with two
+  devices or more)."""
+  costs, concurrency = {}, {}
+  counts = [d for d in sorted(set(space.devices)) if 1 < d <= len(devices)]
+  for m in MicroBatchCounts(pipeline, space):
+    p = pipeline.Copy().Set(num_micro_batches=m, micro_batch_size=0)
+    costs[m] = measured_costs.Measure(p, inputs, repeats, devices[0])
+    heaviest = max(range(len(costs[m])), key=lambda i: costs[m][i].step_s)
+    layer = base_params.WithInheritedBaseParams(p).layers[heaviest]
+    x = micro_batch.Contract.FromParams(p).SplitInputs(tuple(inputs), m)[0]
+    x = measured_costs.LayerInputs(p, x, heaviest, devices[0])
+    for d in counts:
+      concurrency[(m, d)] = measured_costs.Concurrency(layer, x, devices[:d], repeats)
+  extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
+  return Measurements(costs, concurrency, extra)
+
+
+def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,
+           space: Space = Space(), optimizer_slots: int = 0) -> List[Row]:
+  """Every runnable candidate of the space with measured costs, predicted
+  (module docstring); fitting rows first, each group fastest first."""
+  if budget_bytes <= 0:
+    raise ValueError(f'The memory budget must be > 0 bytes, got {budget_bytes}.')
+  num_layers = len(pipeline.layers)
+  rows, seen = [], set()
+  for (kind, v), d, m, remat in itertools.product(
+      space.schedules, sorted(set(space.devices)), MicroBatchCounts(pipeline, space),
+      space.remats):
+    if d * v > num_layers or (v > 1 and d == 1) or m not in measured.costs:
+      continue
+    costs = measured.costs[m]
+    splits = tuple(partition.BalancedSplits([c.step_s for c in costs], d * v))
+    candidate = Candidate(kind, d, v, m, remat, splits)
+    p = candidate.Apply(pipeline)
+    loop_from = plan_lib.LoopFromM(p)
+    row = planner.Estimate(
+        p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
+        partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
+        loop_from, [c.step_s for c in costs])
+    step = program.Lower(schedule.Actions(kind, d, m, v), remat, p.remat_last_micro_batch,
+                         1, program.Step.LOSS_INSIDE, program.EmissionOf(loop_from, m))
+    same = (splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
+    if same in seen:  # e.g. every schedule on one device: the same step as GPIPE's
+      continue
+    seen.add(same)
+    predicted = step_prediction.Predict(
+        step, step_prediction.CellCosts(costs, splits), measured.concurrency.get((m, d), 1.0),
+        measured.overheads)
+    rows.append(Row(candidate, predicted, row.max_peak_bytes, row.shared_peak_bytes,
+                    row.total_peak_bytes, row.max_peak_bytes <= budget_bytes))
+  # Ties (within a microsecond) go to fewer devices, then fewer micro-batches.
+  rows.sort(key=lambda r: (not r.fits, round(r.predicted.seconds, 6), r.peak_bytes,
+                           r.candidate.num_devices, r.candidate.num_micro_batches))
+  return rows
+
+
+def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:
+  """Raises ValueError naming the smallest predicted peak if no row fits."""
+  if not rows or rows[0].fits:
+    return
+  smallest = min(rows, key=lambda r: r.peak_bytes)
+  raise ValueError(
+      f'No layout fits {budget_bytes / 2**20:.1f} MiB per device: the smallest predicted '
+      f'peak is {smallest.peak_bytes / 2**20:.1f} MiB ({smallest.candidate}). Give a budget '
+      f'of at least {smallest.peak_bytes / 2**20:.1f} MiB, or more devices.')
+
+
+# (the candidate) -> (median step seconds, peak bytes or None) of a few steps.
+Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
+
+
+def Verify(rows: Sequence[Row], trial: Trial, top: int = 3) -> Row:
+  """Runs the `top` fastest predicted fitting rows (filling in their
+  measured figures) and returns the fastest measured."""
+  fitting = [r for r in rows if r.fits][:max(top, 1)]
+  if not fitting:
+    raise ValueError('No candidate fits the budget; nothing to verify.')
+  for r in fitting:
+    r.measured_s, r.measured_peak_bytes = trial(r.candidate)
+  return min(fitting, key=lambda r: r.measured_s or 0.0)
+
+
+def FormatTable(rows: Sequence[Row], pick: Optional[Row] = None, limit: int = 20) -> str:
+  """The fitting rows (at most `limit`), fastest predicted first, the
+  pick marked '*'; then how many did not fit."""
+  shown = [r for r in rows if r.fits][:limit]
+  lines = [f'  {"K":>2} {"v":>2} {"M":>3} {"remat":<9} {"schedule":<11} {"predicted s":>11} '
+           f'{"peak MiB":>9} {"measured s":>10} {"meas. MiB":>9}  splits']
+  for r in shown:
+    c = r.candidate
+    measured = (f'{r.measured_s:>10.4f}' if r.measured_s is not None else f'{"-":>10}')
+    mib = (f'{r.measured_peak_bytes / 2**20:>9.1f}' if r.measured_peak_bytes is not None
+           else f'{"-":>9}')
+    lines.append(f'{"*" if r is pick else " "} {c.num_devices:>2} {c.cells_per_device:>2} '
+                 f'{c.num_micro_batches:>3} {c.remat.name:<9} {c.schedule_kind.name:<11} '
+                 f'{r.predicted.seconds:>11.4f} {r.peak_bytes / 2**20:>9.1f} {measured} '
+                 f'{mib}  {list(c.splits)}')
+  others = len([r for r in rows if not r.fits])
+  if others:
+    lines.append(f'  ({others} more candidates do not fit the budget)')
+  return '\n'.join(lines)
+
+
+def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
+         devices: Sequence[str], trial: Trial, space: Space = Space(),
+         optimizer_slots: int = 0, verify: int = 3,
+         repeats: int = 3) -> Tuple[List[Row], Row]:
+  """Measure, Search and Verify (module docstring): (every row, the pick).
+
+  Raises:
+    ValueError: if the pipeline cannot be tuned (no p.layers or
+      p.input_shapes), or no candidate fits the budget (naming the
+      smallest predicted peak).
+  """
+  space = dataclasses.replace(space, devices=[d for d in space.devices if d <= len(devices)])
+  measured = Measure(pipeline, inputs, space, devices, repeats)
+  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots)
+  CheckFits(rows, budget_bytes)
+  return rows, Verify(rows, trial, verify)
