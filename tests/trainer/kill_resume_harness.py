@@ -19,10 +19,20 @@ TINY = 'lm.StdlibBytesTiny'
 SAVE_COUNTER = 'save_counter/.ATTRIBUTES/VARIABLE_VALUE'
 
 
+def Overrides(max_steps: int, steps_per_loop: int) -> str:
+  """The overrides of every run: the learning-rate schedule spans the run
+  (TINY's COSINE reaches 0 at its trainer.max_steps=8, after which the
+  weights would stop changing and a final comparison would check only the
+  optimizer state), and one micro-batch (a cheaper step; the kills, not the
+  schedule, are under test)."""
+  return (f'trainer.steps_per_loop={steps_per_loop}; trainer.max_steps={max_steps}; '
+          'task.stack.pipeline.num_micro_batches=1')
+
+
 def TrainerArgs(logdir: str, max_steps: int, steps_per_loop: int) -> List[str]:
   return [sys.executable, '-m', 'trainer.trainer', f'--model={TINY}', '--mode=train',
           f'--logdir={logdir}', f'--max_steps={max_steps}',
-          f'--model_params_override=trainer.steps_per_loop={steps_per_loop}']
+          f'--model_params_override={Overrides(max_steps, steps_per_loop)}']
 
 
 class Child:
@@ -113,14 +123,15 @@ def AssertBitwiseEqual(a: Dict[str, np.ndarray], b: Dict[str, np.ndarray]) -> No
   assert not different, different
 
 
-def NextBatch(logdir: str, steps_per_loop: int) -> Optional[np.ndarray]:
+def NextBatch(logdir: str, max_steps: int, steps_per_loop: int) -> Optional[np.ndarray]:
   """The ids of the batch the restored input iterator yields next: equal
-  batches mean equal input positions."""
+  batches mean equal input positions. Builds the trainer with the runs'
+  overrides (TrainerArgs)."""
   from lingvo_pipe import model_registry  # pylint: disable=g-import-not-at-top
   from trainer import experiment_params
   from trainer import loop
   params = experiment_params.ExperimentParams(model_registry.GetExperiment(TINY))
-  params.trainer.steps_per_loop = steps_per_loop
+  experiment_params.ApplyOverrides(params, Overrides(max_steps, steps_per_loop))
   trainer = loop.Trainer(params, logdir, log=lambda _: None)
   trainer.Restore()
   return next(trainer.train_iterator).ids.numpy()
