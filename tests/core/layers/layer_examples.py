@@ -4,6 +4,8 @@ conformance tests (test_conformance.py), and the classes exempt from them."""
 import dataclasses
 from typing import Any, Dict, Tuple
 
+import tensorflow as tf
+
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import activations
@@ -12,6 +14,7 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import conv
 from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import embedding
+from lingvo_pipe.core.layers import keras_layer
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers import pooling
@@ -136,6 +139,8 @@ EXAMPLES: Dict[type, Tuple[Example, ...]] = {
         Example(_P(embedding.SoftmaxLayer, input_dim=4, num_classes=6, label_smoothing=0.1),
                 (F(2, 3, 4), Ids(6, 2, 3))),),
     linear.ProjectionLayer: (Example(_Proj(4, 3), (F(2, 4),)),),
+    keras_layer.KerasLayer: (Example(_P(keras_layer.KerasLayer, factory=tf.keras.layers.LayerNormalization,
+                                        input_shapes=[[None, 4]]), (F(2, 4),)),),
     linear.FeedForwardLayer: (
         Example(_P(linear.FeedForwardLayer, input_dim=4, hidden_dim=8), (F(2, 3, 4),)),),
     normalization.LayerNorm: (

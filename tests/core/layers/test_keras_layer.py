@@ -1,0 +1,368 @@
+"""KerasLayer: a Keras model pipelined equals the Keras model itself.
+
+Outputs, loss and gradients of a PipeliningLayer made by KerasLayers from a
+keras.Sequential (Dense, LayerNormalization, an activation, a block of
+MultiHeadAttention) equal those of `model(x)` under a GradientTape, for
+K in {1, 2, 4}, M in {1, 4}, fill-drain (loss outside and inside) and
+1F1B, remat on and off; weights go Keras -> pipeline -> Keras; and each
+refusal says what it refuses and the fix.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core import eval_mode
+from lingvo_pipe.core.layers import dropout
+from lingvo_pipe.core.layers import keras_layer
+from lingvo_pipe.core.layers import keras_models
+from lingvo_pipe.core.layers.keras_layer import KerasLayerError
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
+
+keras = tf.keras
+BATCH, TIME, DIM = 8, 3, 8
+RTOL, ATOL = 1e-5, 1e-6
+
+
+class AttentionBlock(keras.layers.Layer):
+  """x -> norm(x + self-attention(x)), its sublayers named (stable paths)."""
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self.mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, name='mha')
+    self.norm = keras.layers.LayerNormalization(name='norm')
+
+  def call(self, x):
+    return self.norm(x + self.mha(x, x))
+
+
+def _Model() -> keras.Sequential:
+  """Six layers (one without weights), so that K=4 has a layer per cell;
+  named, since Keras numbers unnamed layers by how many the process made."""
+  return keras.Sequential([
+      keras.Input((TIME, DIM)),
+      keras.layers.Dense(16, activation='relu', name='dense'),
+      keras.layers.LayerNormalization(name='norm'),
+      keras.layers.Dense(DIM, name='dense_1'),
+      AttentionBlock(name='block'),
+      keras.layers.Activation('gelu', name='gelu'),
+      keras.layers.Dense(4, activation='tanh', name='dense_2'),
+  ])
+
+
+def _Pipeline(model, k: int, m: int, **kwargs) -> gpipe.PipeliningLayer:
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=keras_models.KerasLayers(model, [None, TIME, DIM]),
+      num_partitions=k, num_micro_batches=m, input_shapes=[[BATCH, TIME, DIM]],
+      **kwargs).Instantiate()
+  keras_models.CopyWeightsFromKeras(pipe, model)
+  return pipe
+
+
+def _Input(seed: int = 0) -> tf.Tensor:
+  return tf.random.stateless_normal([BATCH, TIME, DIM], [seed, 1])
+
+
+def _Loss(y: tf.Tensor) -> tf.Tensor:
+  return tf.reduce_mean(tf.square(y))
+
+
+def _MicroLoss(out: tf.Tensor) -> tf.Tensor:
+  """A micro-batch's term of _Loss of the model's [BATCH, TIME, 4] outputs."""
+  return tf.reduce_sum(tf.square(out)) / (BATCH * TIME * 4)
+
+
+def _KerasVariables(pipe, model):
+  """Each variable of the pipeline, and the Keras weight it stands for."""
+  pairs = []
+  for ours, theirs in zip(pipe.layers, model.layers):
+    pairs += list(zip(ours.KerasOrderedVariables(), theirs.weights))
+  return pairs
+
+
+def _AssertClose(actual, expected, what):
+  np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=RTOL,
+                             atol=ATOL, err_msg=what)
+
+
+def _Grid():
+  """(K, M, schedule, loss inside, remat): every case, a diagonal in
+  `make test` covering each K, M, schedule and remat policy."""
+  fast = {(1, 1, 'gpipe', 'NONE'), (2, 1, 'gpipe', 'PER_CELL'),
+          (4, 4, 'gpipe_inside', 'NONE'), (2, 4, '1f1b', 'PER_CELL')}
+  cases = []
+  for k in (1, 2, 4):
+    for m in (1, 4):
+      for sched in ('gpipe', 'gpipe_inside', '1f1b'):
+        for remat in ('NONE', 'PER_CELL'):
+          cases.append(pytest.param(
+              k, m, sched, remat, id=f'K{k}-M{m}-{sched}-{remat}',
+              marks=() if (k, m, sched, remat) in fast else pytest.mark.slow))
+  return cases
+
+
+@pytest.mark.parametrize('k,m,sched,remat', _Grid())
+def test_pipelined_keras_model_equals_the_keras_model(k, m, sched, remat):
+  model = _Model()
+  schedule = ScheduleKind.ONE_F_ONE_B if sched == '1f1b' else ScheduleKind.GPIPE
+  pipe = _Pipeline(model, k, m, schedule=schedule, remat=gpipe.RematPolicy[remat])
+  assert len(pipe.CellLayerIndices()) == k
+  x = _Input()
+  pairs = _KerasVariables(pipe, model)
+  ours, theirs = [p[0] for p in pairs], [p[1] for p in pairs]
+
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    expected_y = model(x, training=True)
+    expected_loss = _Loss(expected_y)
+  expected_grads = tape.gradient(expected_loss, theirs + [x])
+
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    if sched == 'gpipe':
+      y = pipe.FProp(pipe.theta, x)
+      loss = _Loss(y)
+    else:
+      loss, y = pipe.FPropWithLoss(pipe.theta, _MicroLoss, x)
+  grads = tape.gradient(loss, ours + [x])
+
+  _AssertClose(y, expected_y, 'outputs')
+  _AssertClose(loss, expected_loss, 'loss')
+  names = [v.name for v in ours] + ['input']
+  for name, g, e in zip(names, grads, expected_grads):
+    assert g is not None, name
+    _AssertClose(g, e, name)
+
+
+def test_in_a_graph_with_one_loop_per_device():
+  """In a tf.function from loop_min_micro_batches the cells run as loops;
+  still the Keras model's loss and gradients."""
+  model = keras.Sequential([keras.Input((TIME, DIM)), AttentionBlock(name='block'),
+                            keras.layers.Dense(4, name='out')])
+  pipe = _Pipeline(model, 2, 4, schedule=ScheduleKind.ONE_F_ONE_B,
+                   loop_min_micro_batches=2)
+  x = _Input(1)
+  pairs = _KerasVariables(pipe, model)
+  ours, theirs = [p[0] for p in pairs], [p[1] for p in pairs]
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      loss, _ = pipe.FPropWithLoss(pipe.theta, _MicroLoss, x)
+    return loss, tape.gradient(loss, ours)
+
+  loss, grads = Step(x)
+  with tf.GradientTape() as tape:
+    expected_loss = _Loss(model(x, training=True))
+  _AssertClose(loss, expected_loss, 'loss')
+  for var, g, e in zip(ours, grads, tape.gradient(expected_loss, theirs)):
+    _AssertClose(g, e, var.name)
+
+
+def test_variables_are_the_layer_trees_named_by_keras_paths(tmp_path):
+  model = _Model()
+  pipe = _Pipeline(model, 2, 1)
+  names = {v.name for v in pipe.variables}
+  assert {'pipe/dense/kernel:0', 'pipe/norm/gamma:0', 'pipe/block/mha__query__kernel:0',
+          'pipe/block/norm__beta:0'} <= names, sorted(names)
+  assert len(names) == len(model.weights)
+  # The layout changes no name, and the checkpoint holds only these.
+  assert {v.name for v in _Pipeline(model, 4, 1).variables} == names
+  path = tf.train.Checkpoint(model=pipe).write(str(tmp_path / 'ckpt'))
+  keys = [k for k, _ in tf.train.list_variables(path) if '_CHECKPOINTABLE' not in k]
+  assert len(keys) == len(names), keys
+
+
+def test_weights_round_trip_keras_pipeline_keras():
+  model = _Model()
+  pipe = _Pipeline(model, 2, 2)
+  for ours, theirs in _KerasVariables(pipe, model):
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.name)
+  x = _Input(2)
+  with tf.GradientTape() as tape:  # one SGD step of the pipeline alone
+    loss = _Loss(pipe.FProp(pipe.theta, x))
+  for var, grad in zip(pipe.trainable_variables,
+                       tape.gradient(loss, pipe.trainable_variables)):
+    var.assign_sub(0.5 * grad)
+  keras_models.CopyWeightsToKeras(pipe, model)
+  for ours, theirs in _KerasVariables(pipe, model):
+    np.testing.assert_array_equal(theirs.numpy(), ours.numpy(), err_msg=ours.name)
+  with eval_mode.EvalMode():
+    _AssertClose(model(x, training=False), pipe.FProp(pipe.theta, x), 'trained outputs')
+
+
+def test_a_keras_layer_class_as_factory_survives_params_text():
+  """A Keras layer class whose arguments all have defaults is a factory
+  params text can hold; each instance starts from the same values, a pure
+  function of the variable paths (LayerNormalization's ones and zeros)."""
+  p = keras_layer.KerasLayer.Params().Set(
+      name='norm', factory=keras.layers.LayerNormalization, input_shapes=[[None, DIM]])
+  assert p.cls.Params().FromText(p.ToText()) == p
+  first, second = p.Instantiate(), p.Instantiate()
+  assert sorted(v.name for v in first.variables) == ['norm/beta:0', 'norm/gamma:0']
+  np.testing.assert_array_equal(first.gamma.numpy(), np.ones([DIM]))
+  np.testing.assert_array_equal(first.beta.numpy(), np.zeros([DIM]))
+  np.testing.assert_array_equal(second.gamma.numpy(), first.gamma.numpy())
+  dense = keras_layer.KerasLayer.Params().Set(name='proj', factory=lambda: keras.layers.Dense(4),
+                                              input_shapes=[[None, DIM]])
+  a, b = dense.Instantiate(), dense.Instantiate()
+  np.testing.assert_array_equal(a.kernel.numpy(), b.kernel.numpy())  # Xavier, by path
+  assert a.keras_layer is not b.keras_layer
+
+
+def test_fprop_meta_from_keras_shapes_and_weights():
+  model = _Model()
+  layers = keras_models.KerasLayers(model, [None, TIME, DIM])
+  dense = layers[0]
+  meta = dense.cls.FPropMeta(dense, tf.TensorShape([BATCH, TIME, DIM]))
+  rows = BATCH * TIME
+  assert meta.out_shapes == (tf.TensorShape([BATCH, TIME, 16]),)
+  assert meta.flops == 2 * rows * DIM * 16 + rows * 16
+  assert meta.param_bytes == (DIM * 16 + 16) * 4
+  assert meta.act_bytes == rows * 16 * 4
+  block = layers[3]
+  assert block.cls.FPropMeta(block, tf.TensorShape([2, TIME, DIM])).out_shapes == (
+      tf.TensorShape([2, TIME, DIM]),)
+  with pytest.raises(ValueError, match=r"KerasLayer 'dense'.*does not take inputs"):
+    dense.cls.FPropMeta(dense, tf.TensorShape([BATCH, TIME, DIM + 1]))
+
+
+def test_a_functional_chain_and_a_list_of_layers():
+  inputs = keras.Input((TIME, DIM))
+  hidden = keras.layers.Dense(16, activation='relu')(inputs)
+  model = keras.Model(inputs, keras.layers.Dense(DIM)(hidden))
+  pipe = _Pipeline(model, 2, 2)
+  x = _Input(3)
+  _AssertClose(pipe.FProp(pipe.theta, x), model(x), 'functional chain')
+  unbuilt = [keras.layers.Dense(5), keras.layers.LayerNormalization()]
+  layers = keras_models.KerasLayers(unbuilt, [None, DIM])
+  assert [p.name for p in layers] == [l.name for l in unbuilt]
+  assert layers[1].input_shapes == [[None, 5]]
+
+
+def test_a_keras_dropout_becomes_the_projects_dropout():
+  model = keras.Sequential([keras.Input((TIME, DIM)), keras.layers.Dense(DIM),
+                            keras.layers.Dropout(0.25, noise_shape=(None, 1, DIM)),
+                            keras.layers.Dense(4)])
+  layers = keras_models.KerasLayers(model, [None, TIME, DIM])
+  drop = layers[1]
+  assert drop.cls is dropout.DropoutLayer
+  assert (drop.keep_prob, drop.noise_shape_broadcast_dims) == (0.75, [1])
+  pipe = _Pipeline(model, 2, 2)
+  x = _Input(4)
+  with eval_mode.EvalMode():
+    _AssertClose(pipe.FProp(pipe.theta, x), model(x, training=False), 'eval outputs')
+
+
+class _DropoutBlock(keras.layers.Layer):
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self.dense = keras.layers.Dense(DIM, name='dense')
+    self.drop = keras.layers.Dropout(0.1, name='drop')
+
+  def call(self, x, training=None):
+    return self.drop(self.dense(x), training=training)
+
+
+class _Counter(keras.layers.Layer):
+  """Counts its calls in a non-trainable weight."""
+
+  def build(self, input_shape):
+    self.calls = self.add_weight(shape=(), initializer='zeros', trainable=False,
+                                 name='calls')
+
+  def call(self, x):
+    self.calls.assign_add(1.0)
+    return x
+
+
+class _AddsLoss(keras.layers.Layer):
+
+  def call(self, x):
+    self.add_loss(tf.reduce_sum(x))
+    return x
+
+
+def _Refusals():
+  """(name, layers, the message's pattern)."""
+  return {
+      'dropout_inside_a_block': (
+          lambda: [_DropoutBlock(name='block')],
+          r"Keras layer 'drop' \(Dropout\) draws random numbers from a Keras "
+          r"SeedGenerator.*use lingvo_pipe's dropout.DropoutLayer"),
+      'gaussian_noise': (
+          lambda: [keras.layers.GaussianNoise(0.1, name='noise')],
+          r"KerasLayer 'noise'.*\(GaussianNoise\) draws random numbers"),
+      'batch_norm': (
+          lambda: [keras.layers.BatchNormalization(name='bn')],
+          r"'bn' \(BatchNormalization\) updates its moving statistics.*"
+          r'normalization.BatchNormLayer'),
+      'stateful_rnn': (
+          lambda: [keras.layers.SimpleRNN(4, stateful=True, name='rnn')],
+          r"'rnn' \(SimpleRNN\) is stateful.*stateful=False"),
+      'mixed_precision': (
+          lambda: [keras.layers.Dense(4, dtype='mixed_bfloat16', name='half')],
+          r"'half' \(Dense\) has the dtype policy 'mixed_bfloat16'.*float32 only"),
+      'mask': (
+          lambda: [keras.layers.Masking(name='masking')],
+          r"'masking' \(Masking\) makes a mask.*pass paddings as an input"),
+      'regularizer': (
+          lambda: [keras.layers.Dense(4, kernel_regularizer='l2', name='reg')],
+          r"'reg' \(Dense\) has regularizers \['kernel_regularizer'\]"),
+  }
+
+
+@pytest.mark.parametrize('case', list(_Refusals()))
+def test_refuses_state_it_cannot_honour_naming_the_layer_and_the_fix(case):
+  make, pattern = _Refusals()[case]
+  with pytest.raises(KerasLayerError, match=pattern):
+    keras_models.KerasLayers(make(), [BATCH, TIME, DIM])
+
+
+@pytest.mark.parametrize('layer,pattern', [
+    (_Counter(name='counter'), r"'counter' \(_Counter\) assigns its non-trainable "
+     r"weights \['calls'\] in call"),
+    (_AddsLoss(name='adds'), r"'adds' \(_AddsLoss\) adds 1 loss\(es\) in call"),
+], ids=['assigns_weights', 'adds_loss'])
+def test_refuses_side_effects_in_call(layer, pattern):
+  (p,) = keras_models.KerasLayers([layer], [None, DIM])
+  built = p.Instantiate()
+  with pytest.raises(KerasLayerError, match=pattern):
+    built(tf.ones([2, DIM]))
+
+
+def test_refuses_a_compute_dtype_other_than_float32():
+  # The pipeline's check of its cells' shapes says which cell.
+  with pytest.raises(ValueError, match=r"Cell 0 .*KerasLayer 'proj'.*fprop_dtype=bfloat16"
+                     r'.*float32 only'):
+    gpipe.PipeliningLayer.Params().Set(
+        name='pipe', layers=keras_models.KerasLayers([keras.layers.Dense(4, name='proj')],
+                                                    [None, DIM]),
+        num_partitions=1, input_shapes=[[BATCH, DIM]],
+        fprop_dtype=tf.bfloat16).Instantiate()
+
+
+def test_refuses_models_that_are_not_chains_and_layers_given_as_factory():
+  inputs = keras.Input((DIM,))
+  hidden = keras.layers.Dense(DIM, name='branch')(inputs)
+  residual = keras.Model(inputs, keras.layers.Add(name='add')([inputs, hidden]))
+  with pytest.raises(KerasLayerError, match=r"is not a chain: layer 'add'.*wrap each "
+                     'branching part'):
+    keras_models.KerasLayers(residual, [None, DIM])
+
+  class Subclassed(keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.dense = keras.layers.Dense(DIM)
+
+    def call(self, x):
+      return self.dense(x)
+
+  with pytest.raises(TypeError, match='is not functional: its call order is not known'):
+    keras_models.KerasLayers(Subclassed(), [None, DIM])
+  dense = keras.layers.Dense(4)
+  with pytest.raises(TypeError, match=r'set factory=lambda: layer'):
+    keras_layer.BuiltKerasLayer(keras_layer.KerasLayer.Params().Set(name='d', factory=dense))
