@@ -1,0 +1,156 @@
+"""The tuner: its step prediction against hand-computed simulator figures,
+its search against the budget, its override pasted back, and one real
+tuning of a small stack on two devices."""
+
+import pytest
+import tensorflow as tf
+
+from lingvo_pipe.core.layers import linear
+from lingvo_pipe.pipeline import gpipe
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
+from lingvo_pipe.planning import measured_costs
+from lingvo_pipe.planning import overheads
+from lingvo_pipe.planning import step_prediction
+from lingvo_pipe.planning import trial
+from lingvo_pipe.planning import tuner
+
+UNIT = measured_costs.LayerCost(1.0, 1.0, 1.0)
+
+
+def _Program(kind, k, m, remat=RematPolicy.NONE, v=1):
+  return program.Lower(schedule.Actions(kind, k, m, v), remat, False, 1,
+                       program.Step.LOSS_INSIDE, program.Emission.UNROLLED)
+
+
+def test_prediction_is_the_slower_of_the_simulated_step_and_the_shared_cores():
+  """K=2, M=4 fill-drain, F = I = W = 1 a cell: the simulated step is
+  (M + K - 1) * (F + B) = 5 * 3 = 15; all 16 actions sum to 24, which
+  one core's worth of concurrency takes and two halve to 12."""
+  step = _Program(ScheduleKind.GPIPE, 2, 4)
+  one = step_prediction.Predict(step, [UNIT, UNIT], 1.0)
+  assert (one.critical, one.shared, one.seconds) == (15.0, 24.0, 24.0)
+  two = step_prediction.Predict(step, [UNIT, UNIT], 2.0)
+  assert (two.critical, two.shared, two.seconds) == (15.0, 12.0, 15.0)
+  # 0.5 s more per action and 1 s per step: (1.5 + 2.5) * 5 + 1; (24 + 8) / 2 + 1.
+  extra = overheads.Overheads(step_s=1.0, action_s=0.5, loop_action_s=9.0)
+  padded = step_prediction.Predict(step, [UNIT, UNIT], 2.0, extra)
+  assert (padded.critical, padded.shared) == (21.0, 17.0)
+
+
+def test_recomputation_and_split_backwards_cost_what_the_program_says():
+  """PER_CELL at M=1 keeps the only micro-batch (nothing recomputed);
+  at M=2 the first is recomputed (one more F); a zero-bubble schedule's
+  I and W add up to the B of fill-drain."""
+  one = step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 1, RematPolicy.PER_CELL),
+                                [UNIT], 1.0)
+  assert one.seconds == 3.0
+  two = step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
+                                [UNIT], 1.0)
+  assert two.seconds == 7.0
+  zero_bubble = step_prediction.Predict(_Program(ScheduleKind.ZB_H1, 2, 4), [UNIT, UNIT], 1.0)
+  assert zero_bubble.shared == 24.0
+
+
+def test_cell_costs_sum_the_layers_of_each_cell():
+  costs = [measured_costs.LayerCost(i, 2 * i, 3 * i) for i in (1.0, 2.0, 3.0)]
+  assert step_prediction.CellCosts(costs, [1]) == [
+      measured_costs.LayerCost(1.0, 2.0, 3.0), measured_costs.LayerCost(5.0, 10.0, 15.0)]
+
+
+def _Stack(num_layers=4, dim=64, batch=16):
+  layers = [linear.ProjectionLayer.Params().Set(name=f'p{i}', input_dim=dim, output_dim=dim)
+            for i in range(num_layers)]
+  return gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers,
+                                            input_shapes=[[batch, dim]]), [batch, dim]
+
+
+def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
+  """Every layer costing per_micro(M) for each of F, I and W."""
+  counts = tuner.MicroBatchCounts(pipeline, space)
+  costs = {m: [measured_costs.LayerCost(*[per_micro(m)] * 3)] * len(pipeline.layers)
+           for m in counts}
+  return tuner.Measurements(costs, {(m, d): concurrency for m in counts for d in (2, 4)})
+
+
+def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once():
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2, 4))
+  measured = _Measured(pipeline, space)
+  everything = tuner.Search(pipeline, measured, 1 << 40, space)
+  single = max(r.peak_bytes for r in everything if r.candidate.num_devices == 1)
+  budget = single - 1
+  rows = tuner.Search(pipeline, measured, budget, space)
+  assert {r.fits for r in rows} == {True, False}
+  assert all((r.peak_bytes <= budget) == r.fits for r in rows)
+  fitting = [r.predicted.seconds for r in rows if r.fits]
+  assert fitting == sorted(fitting) and not rows[-1].fits
+  # One micro-batch on one device: every schedule runs fill-drain's step
+  # (or splits its backward: the zero-bubble ones), so it appears twice
+  # per remat policy; 1F1B differs from M=2 on (each backward follows
+  # its forward).
+  alone = [r.candidate for r in everything if r.candidate.num_devices == 1]
+  assert {c.schedule_kind for c in alone if c.num_micro_batches == 1} == {
+      ScheduleKind.GPIPE, ScheduleKind.ZB_H1}
+  assert ScheduleKind.ONE_F_ONE_B in {c.schedule_kind for c in alone}
+  assert all(c.splits == () for c in alone)
+  # Balanced by the (equal) measured seconds: four layers in 2 or 4 cells.
+  assert {r.candidate.splits for r in everything if r.candidate.num_devices *
+          r.candidate.cells_per_device == 2} == {(2,)}
+
+
+def test_a_budget_nothing_fits_names_the_smallest_peak():
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2))
+  rows = tuner.Search(pipeline, _Measured(pipeline, space), 1000, space)
+  smallest = min(r.peak_bytes for r in rows) / 2**20
+  with pytest.raises(ValueError, match=(
+      rf'No layout fits 0.0 MiB per device: the smallest predicted peak is {smallest:.1f} '
+      rf'MiB \(K=\d.*\)\. Give a budget of at least {smallest:.1f} MiB, or more devices')):
+    tuner.CheckFits(rows, 1000)
+  with pytest.raises(ValueError, match='memory budget must be > 0 bytes, got 0'):
+    tuner.Search(pipeline, _Measured(pipeline, space), 0, space)
+  manual = gpipe.PipeliningLayer.Params().Set(name='manual', cell_tpl=pipeline.layers[:2])
+  with pytest.raises(ValueError, match=r"'manual': tuning needs p.layers and p.input_shapes"):
+    tuner.Search(manual, _Measured(pipeline, space), 1 << 30, space)
+
+
+def test_a_candidate_builds_the_cells_its_splits_name():
+  pipeline, _ = _Stack(num_layers=5)
+  candidate = tuner.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
+                              (1, 2, 4))
+  pipe = candidate.Apply(pipeline).Instantiate()
+  assert pipe.CellLayerIndices() == [[0], [1], [2, 3], [4]]
+  assert candidate.Override('task.pipe') == (
+      'task.pipe.num_partitions=4; task.pipe.num_micro_batches=4; '
+      'task.pipe.micro_batch_size=0; task.pipe.remat=PER_CELL; '
+      'task.pipe.schedule=INTERLEAVED; task.pipe.cells_per_device=2; '
+      'task.pipe.splits=[1, 2, 4]')
+
+
+def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
+  """Four 256-wide projections on 64 rows, two devices, a budget below
+  the unpipelined step's peak: the pick is verified, fits and is the
+  fastest of the verified rows."""
+  pipeline, shape = _Stack(dim=256, batch=64)
+  x = [tf.random.stateless_normal(shape, [1, 2])]
+  space = tuner.Space(schedules=[(ScheduleKind.GPIPE, 1), (ScheduleKind.ONE_F_ONE_B, 1)],
+                      devices=(1, 2), micro_batches=(1, 4), remats=[RematPolicy.NONE])
+  devices = [d.name for d in tf.config.list_logical_devices('CPU')[:2]]
+  ran = []
+
+  def Trial(candidate):
+    ran.append(candidate)
+    return trial.Run(candidate.Apply(pipeline), x)
+
+  unpipelined = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
+  budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
+  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1)
+  assert len(ran) == 2 and pick.candidate in ran and pick.fits
+  assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
+  verified = [r for r in rows if r.measured_s is not None]
+  assert len(verified) == 2 and pick.measured_s == min(r.measured_s for r in verified)
+  marked = [l for l in tuner.FormatTable(rows, pick).splitlines() if l.startswith('*')]
+  assert len(marked) == 1 and str(pick.candidate.splits[0]) in marked[0]
