@@ -38,6 +38,10 @@ def _DefineFlags() -> None:
   flags.DEFINE_integer('steps', 10, 'Timed steps per round and pipeline.')
   flags.DEFINE_integer('rounds', 3, 'Rounds, alternating the two pipelines.')
   flags.DEFINE_integer('repeats', 5, "Timed runs per layer and function (Measure's).")
+
+
+def DefineWorkloadFlags() -> None:
+  """The flags of the uneven stack (Workload('uneven'))."""
   flags.DEFINE_integer('uneven_layers', 8, "The uneven stack's layers (even).")
   flags.DEFINE_integer('dim', 1024, "The uneven stack's width.")
   flags.DEFINE_integer('uneven_batch', 256, "The uneven stack's batch.")
@@ -65,7 +69,8 @@ def UnevenLayers(num_layers: int, dim: int) -> List[Any]:
   return layers
 
 
-def _Workload(name: str) -> Tuple[List[Any], List[int]]:
+def Workload(name: str) -> Tuple[List[Any], List[int]]:
+  """(layer params, input shape) of 'uneven' (the flags') or a docs/workloads.md workload."""
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
   if name == 'uneven':
     return UnevenLayers(FLAGS.uneven_layers, FLAGS.dim), [FLAGS.uneven_batch, FLAGS.dim]
@@ -105,7 +110,7 @@ def Compare(name: str) -> Dict[str, Any]:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline import gpipe  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import measured_costs  # pylint: disable=g-import-not-at-top
-  layers, shape = _Workload(name)
+  layers, shape = Workload(name)
   flops = gpipe.PipeliningLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=FLAGS.k, num_micro_batches=FLAGS.m,
       input_shapes=[shape], remat=gpipe.RematPolicy.PER_CELL)
@@ -138,4 +143,5 @@ def main(argv):
 
 if __name__ == '__main__':
   _DefineFlags()
+  DefineWorkloadFlags()
   app.run(main)

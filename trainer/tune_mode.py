@@ -49,15 +49,16 @@ def Run(ctx: run_context.RunContext) -> None:
     raise UserError(f'--mode=tune tunes one PipeliningLayer whose layers are in the '
                     f'params; this model has {len(pipelines)} such.')
   path, pipeline, owner = pipelines[0]
+  prefix = f'task.{path}'
   ctx.ConfigureLocalDevices()
   devices = [d.name for d in tf.config.list_logical_devices('CPU')]
+  devices = devices[:ctx.options.num_logical_devices or len(devices)]
   start = time.perf_counter()
-  inputs = _PipelineInputs(ctx.params)
+  inputs = _PipelineInputs(ctx.params, prefix)
   space = tuner.Space(schedules=[s for s in tuner.ALL_SCHEDULES
                                  if s[0] in inspection.RunnableSchedules(owner)],
                       devices=[d for d in (1, 2, 4, 8) if d <= len(devices)])
   slots = inspection.OptimizerSlots(ctx.params.trainer.optimizer)
-  prefix = f'task.{path}'
   try:
     rows, pick = tuner.Tune(pipeline, inputs, budget, devices,
                             lambda c: _Trial(ctx.params, c.Override(prefix)), space, slots)
@@ -86,9 +87,13 @@ def _BudgetBytes(budget_mb: int) -> int:
   return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
-def _PipelineInputs(params: hyperparams.Params) -> Tuple[Any, ...]:
-  """What the task's pipeline receives for one training batch: the task
+def _PipelineInputs(params: hyperparams.Params, prefix: str) -> Tuple[Any, ...]:
+  """What the task's pipeline (at `prefix`) receives for one training
+  batch: the task, its pipeline in one cell (on any number of devices),
   runs eagerly until its pipeline is called."""
+  params = params.Copy()
+  experiment_params.ApplyOverrides(params, f'{prefix}.num_partitions=1; {prefix}.splits=[]; '
+                                   f'{prefix}.cells_per_device=1; {prefix}.num_replicas=1')
   task = params.task.Instantiate()
   pipe = next(m for m in task.submodules if isinstance(m, gpipe.PipeliningLayer))
 

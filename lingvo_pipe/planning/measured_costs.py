@@ -95,40 +95,6 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   return costs
 
 
-def LayerInputs(pipeline: hyperparams.Params, inputs: tuple, index: int,
-                device: str = '/device:CPU:0') -> tuple:
-  """The inputs of `pipeline`'s layer `index` when its first layer gets
-  `inputs` (one micro-batch): the layers before it run once, on `device`."""
-  x = tuple(inputs)
-  with tf.device(device):
-    for p in base_params.WithInheritedBaseParams(pipeline).layers[:index]:
-      layer = p.Instantiate()
-      x = containers.AsTuple(layer.FProp(layer.theta, *x))
-  return x
-
-
-def Concurrency(layer: hyperparams.Params, inputs: Sequence[Any], devices: Sequence[str],
-                repeats: int = 5) -> float:
-  """How many times more work `devices` do at once than one alone: one
-  copy of `layer` per device, its forward and gradients on `inputs` (one
-  micro-batch), run on every device at once against on the first alone
-  (medians of `repeats`), as len(devices) * alone / together, within
-  [1, len(devices)]. 1: the devices share one set of cores that each op
-  already fills; len(devices): they run as if on separate machines."""
-  if repeats < 1 or not devices:
-    raise ValueError(f'repeats ({repeats}) must be >= 1 and devices ({devices!r}) not empty.')
-  runs = []
-  for device in devices:
-    with tf.device(device), _QuietRetracing():
-      runs.append(_TracedFunctions(layer.Instantiate(), tuple(inputs))[-1])
-  together = tf.function(lambda: [run() for run in runs], autograph=False)
-  _Seconds(together)
-  alone = [_Seconds(runs[0]) for _ in range(repeats)]
-  both = [_Seconds(together) for _ in range(repeats)]
-  ratio = len(devices) * statistics.median(alone) / statistics.median(both)
-  return min(max(ratio, 1.0), float(len(devices)))
-
-
 def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperparams.Params:
   """A copy of `pipeline` whose automatic partition balances the measured
   step seconds of its layers."""

@@ -7,9 +7,9 @@ the input gradients plus its recomputation (Program.RecomputeUnits
 forwards) and W the weight gradients; one it does not split, B all of
 them. That is the step if the devices were separate machines. On one
 machine they share its cores, so the step also takes at least the sum of
-all actions over the devices' measured concurrency (measured_costs.
-Concurrency: 1 where each op already fills the cores, K for separate
-machines): the prediction is the larger of the two.
+all actions over the devices' concurrency (1 where each op already fills
+the cores, K for separate machines; tuner.Calibrate measures it from whole
+steps): the prediction is the larger of the two.
 """
 
 import dataclasses

@@ -1,9 +1,9 @@
 """Tune: the fastest layout of a pipeline that fits a memory budget, chosen
 from measured costs and confirmed by running it.
 
-1. Measure (measured_costs): every layer's forward, input- and
-   weight-gradient seconds at each candidate micro-batch size, and how
-   much K devices gain by running at once on this machine.
+1. Measure (measured_costs, overheads): every layer's forward, input- and
+   weight-gradient seconds at each candidate micro-batch size, and what
+   a pipelined step costs beyond its layers.
 2. Search: every schedule x devices K x micro-batches M x remat (x the
    schedule's v cells per device), split where the measured seconds
    balance (partition.BalancedSplits), predicted: the step's seconds by
@@ -12,16 +12,19 @@ from measured costs and confirmed by running it.
    per-device peak is within the budget. Candidates whose steps are the
    same program (same splits, actions and remat decisions: e.g. any
    schedule on one device) count once, as the first of the space's.
-3. Verify: the `verify` fastest fitting candidates run a few training
-   steps each (a `trial`: planning/trial.py's, or the trainer's); the pick
-   is the fastest measured. Its override can be pasted back as is.
+3. Calibrate: a few fitting candidates run whole training steps (a
+   `trial`: planning/trial.py's, or the trainer's): the unpipelined step
+   at each M (how much faster the layers run together than alone) and
+   fill-drain on each number of devices (how much they gain by running at
+   once: on logical CPU devices they share the cores); Search again.
+4. Verify: the `verify` fastest fitting candidates run too; the pick is
+   the fastest measured. Its override can be pasted back as is.
 """
 
 import dataclasses
 import itertools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline.layout import micro_batch
@@ -101,11 +104,14 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Measurements:
-  """Per micro-batch count M the layers' costs at its micro-batch size,
-  per (M, devices) the devices' concurrency, and the step's overheads."""
+  """Per micro-batch count M the layers' costs at its micro-batch size, the
+  step's overheads, and the calibration by whole steps (Calibrate): per M
+  the factor from the layers' seconds alone to the unpipelined step's
+  (`scale`), per device count the devices' concurrency."""
   costs: Dict[int, List[measured_costs.LayerCost]]
-  concurrency: Dict[Tuple[int, int], float]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
+  scale: Dict[int, float] = dataclasses.field(default_factory=dict)
+  concurrency: Dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 def _Batch(pipeline: hyperparams.Params) -> int:
@@ -125,23 +131,34 @@ def MicroBatchCounts(pipeline: hyperparams.Params, space: Space) -> List[int]:
 
 def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], space: Space,
             devices: Sequence[str], repeats: int = 3) -> Measurements:
-  """The costs Search needs: each layer at every M of the space (on
-  devices[0]), the concurrency of the space's device counts (the layer
-  that costs most, one copy per device), and the overheads (with two
-  devices or more)."""
-  costs, concurrency = {}, {}
-  counts = [d for d in sorted(set(space.devices)) if 1 < d <= len(devices)]
+  """Each layer timed alone at every M of the space (on devices[0]), and
+  the overheads (with two devices or more); not yet calibrated."""
+  costs = {}
   for m in MicroBatchCounts(pipeline, space):
     p = pipeline.Copy().Set(num_micro_batches=m, micro_batch_size=0)
     costs[m] = measured_costs.Measure(p, inputs, repeats, devices[0])
-    heaviest = max(range(len(costs[m])), key=lambda i: costs[m][i].step_s)
-    layer = base_params.WithInheritedBaseParams(p).layers[heaviest]
-    x = micro_batch.Contract.FromParams(p).SplitInputs(tuple(inputs), m)[0]
-    x = measured_costs.LayerInputs(p, x, heaviest, devices[0])
-    for d in counts:
-      concurrency[(m, d)] = measured_costs.Concurrency(layer, x, devices[:d], repeats)
   extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
-  return Measurements(costs, concurrency, extra)
+  return Measurements(costs, extra)
+
+
+def _Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
+  """The training step `candidate` (applied as `p`) runs."""
+  c = candidate
+  return program.Lower(schedule.Actions(c.schedule_kind, c.num_devices, c.num_micro_batches,
+                                        c.cells_per_device),
+                       c.remat, p.remat_last_micro_batch, 1, program.Step.LOSS_INSIDE,
+                       program.EmissionOf(plan_lib.LoopFromM(p), c.num_micro_batches))
+
+
+def _Predict(candidate: Candidate, p: hyperparams.Params,
+             measured: Measurements) -> step_prediction.StepSeconds:
+  m = candidate.num_micro_batches
+  scale = measured.scale.get(m, 1.0)
+  costs = [measured_costs.LayerCost(c.forward_s * scale, c.input_grad_s * scale,
+                                    c.weight_grad_s * scale) for c in measured.costs[m]]
+  return step_prediction.Predict(
+      _Program(candidate, p), step_prediction.CellCosts(costs, candidate.splits),
+      measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads)
 
 
 def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,
@@ -157,30 +174,82 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
       space.remats):
     if d * v > num_layers or (v > 1 and d == 1) or m not in measured.costs:
       continue
-    costs = measured.costs[m]
-    splits = tuple(partition.BalancedSplits([c.step_s for c in costs], d * v))
-    candidate = Candidate(kind, d, v, m, remat, splits)
+    costs = [c.step_s for c in measured.costs[m]]
+    candidate = Candidate(kind, d, v, m, remat,
+                          tuple(partition.BalancedSplits(costs, d * v)))
     p = candidate.Apply(pipeline)
-    loop_from = plan_lib.LoopFromM(p)
-    row = planner.Estimate(
-        p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
-        partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
-        loop_from, [c.step_s for c in costs])
-    step = program.Lower(schedule.Actions(kind, d, m, v), remat, p.remat_last_micro_batch,
-                         1, program.Step.LOSS_INSIDE, program.EmissionOf(loop_from, m))
-    same = (splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
+    step = _Program(candidate, p)
+    same = (candidate.splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
     if same in seen:  # e.g. every schedule on one device: the same step as GPIPE's
       continue
     seen.add(same)
-    predicted = step_prediction.Predict(
-        step, step_prediction.CellCosts(costs, splits), measured.concurrency.get((m, d), 1.0),
-        measured.overheads)
-    rows.append(Row(candidate, predicted, row.max_peak_bytes, row.shared_peak_bytes,
-                    row.total_peak_bytes, row.max_peak_bytes <= budget_bytes))
+    row = planner.Estimate(
+        p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
+        partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
+        plan_lib.LoopFromM(p), costs)
+    rows.append(Row(candidate, _Predict(candidate, p, measured), row.max_peak_bytes,
+                    row.shared_peak_bytes, row.total_peak_bytes,
+                    row.max_peak_bytes <= budget_bytes))
   # Ties (within a microsecond) go to fewer devices, then fewer micro-batches.
   rows.sort(key=lambda r: (not r.fits, round(r.predicted.seconds, 6), r.peak_bytes,
                            r.candidate.num_devices, r.candidate.num_micro_batches))
   return rows
+
+
+# (the candidate) -> (seconds per step, peak bytes or None) of a few steps.
+Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
+
+
+def _Probe(rows: Sequence[Row], devices: int, micro: int) -> Optional[Row]:
+  """The fitting fill-drain row of `devices` x1 cells at M=`micro`, the
+  least recomputing one, if any."""
+  found = [r for r in rows if r.fits and r.candidate.schedule_kind == Kind.GPIPE and
+           r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
+           r.candidate.num_micro_batches == micro]
+  order = list(RematPolicy)
+  return min(found, key=lambda r: order.index(r.candidate.remat), default=None)
+
+
+def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequence[Row],
+              trial: Trial) -> Measurements:
+  """`measured` calibrated by whole steps, each a fitting row of `rows`
+  (Search's, uncalibrated) run by `trial`, its measured figures kept in
+  the row:
+  - per M, the unpipelined step (one device, fill-drain): `scale` is its
+    measured seconds over the prediction from the layers timed alone (less
+    the overheads); they differ because a whole step overlaps its
+    independent ops, which layers timed alone cannot. An M without a
+    fitting one takes the nearest M's factor.
+  - per device count K > 1, fill-drain at the largest M: the concurrency
+    that makes the prediction's shared bound its measured seconds, within
+    [1, K] (K where the simulated step alone explains them).
+  """
+  scale: Dict[int, float] = {}
+  for m in sorted(measured.costs):
+    probe = _Probe(rows, 1, m)
+    if probe is None:
+      continue
+    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
+    p = probe.candidate.Apply(pipeline)
+    layers = _Predict(probe.candidate, p, Measurements(measured.costs)).seconds
+    overhead = probe.predicted.seconds - layers
+    scale[m] = max(probe.measured_s - overhead, 0.0) / layers if layers > 0 else 1.0
+  for m in measured.costs:
+    if m not in scale and scale:
+      scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
+  scaled = dataclasses.replace(measured, scale=scale)
+  concurrency: Dict[int, float] = {}
+  for d in sorted({r.candidate.num_devices for r in rows} - {1}):
+    probe = next((_Probe(rows, d, m) for m in sorted(measured.costs, reverse=True)
+                  if _Probe(rows, d, m) is not None), None)
+    if probe is None:
+      continue
+    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
+    unit = _Predict(probe.candidate, probe.candidate.Apply(pipeline), scaled)
+    work = (unit.shared - measured.overheads.step_s)  # all actions at concurrency 1
+    spent = probe.measured_s - measured.overheads.step_s
+    concurrency[d] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
+  return dataclasses.replace(scaled, concurrency=concurrency)
 
 
 def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:
@@ -194,19 +263,18 @@ def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:
       f'of at least {smallest.peak_bytes / 2**20:.1f} MiB, or more devices.')
 
 
-# (the candidate) -> (median step seconds, peak bytes or None) of a few steps.
-Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
-
-
 def Verify(rows: Sequence[Row], trial: Trial, top: int = 3) -> Row:
-  """Runs the `top` fastest predicted fitting rows (filling in their
-  measured figures) and returns the fastest measured."""
-  fitting = [r for r in rows if r.fits][:max(top, 1)]
+  """Runs the `top` fastest predicted fitting rows not measured yet
+  (filling in their measured figures) and returns the fastest measured
+  fitting row."""
+  fitting = [r for r in rows if r.fits]
   if not fitting:
     raise ValueError('No candidate fits the budget; nothing to verify.')
-  for r in fitting:
-    r.measured_s, r.measured_peak_bytes = trial(r.candidate)
-  return min(fitting, key=lambda r: r.measured_s or 0.0)
+  for r in fitting[:max(top, 1)]:
+    if r.measured_s is None:
+      r.measured_s, r.measured_peak_bytes = trial(r.candidate)
+  return min((r for r in fitting if r.measured_s is not None),
+             key=lambda r: r.measured_s or 0.0)
 
 
 def FormatTable(rows: Sequence[Row], pick: Optional[Row] = None, limit: int = 20) -> str:
@@ -234,7 +302,8 @@ def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
          devices: Sequence[str], trial: Trial, space: Space = Space(),
          optimizer_slots: int = 0, verify: int = 3,
          repeats: int = 3) -> Tuple[List[Row], Row]:
-  """Measure, Search and Verify (module docstring): (every row, the pick).
+  """Measure, Search, Calibrate, Search again and Verify (module
+  docstring): (every row, the pick).
 
   Raises:
     ValueError: if the pipeline cannot be tuned (no p.layers or
@@ -245,4 +314,11 @@ def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
   measured = Measure(pipeline, inputs, space, devices, repeats)
   rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots)
   CheckFits(rows, budget_bytes)
+  measured = Calibrate(pipeline, measured, rows, trial)
+  probes = {r.candidate: r for r in rows if r.measured_s is not None}
+  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots)
+  for r in rows:
+    if r.candidate in probes:
+      r.measured_s = probes[r.candidate].measured_s
+      r.measured_peak_bytes = probes[r.candidate].measured_peak_bytes
   return rows, Verify(rows, trial, verify)

@@ -72,7 +72,7 @@ def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
   counts = tuner.MicroBatchCounts(pipeline, space)
   costs = {m: [measured_costs.LayerCost(*[per_micro(m)] * 3)] * len(pipeline.layers)
            for m in counts}
-  return tuner.Measurements(costs, {(m, d): concurrency for m in counts for d in (2, 4)})
+  return tuner.Measurements(costs, concurrency={d: concurrency for d in (2, 4)})
 
 
 def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once():
@@ -132,8 +132,8 @@ def test_a_candidate_builds_the_cells_its_splits_name():
 
 def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   """Four 256-wide projections on 64 rows, two devices, a budget below
-  the unpipelined step's peak: the pick is verified, fits and is the
-  fastest of the verified rows."""
+  the unpipelined step's peak: the pick fits and is the fastest of the
+  rows that ran."""
   pipeline, shape = _Stack(dim=256, batch=64)
   x = [tf.random.stateless_normal(shape, [1, 2])]
   space = tuner.Space(schedules=[(ScheduleKind.GPIPE, 1), (ScheduleKind.ONE_F_ONE_B, 1)],
@@ -148,9 +148,13 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   unpipelined = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
   rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1)
-  assert len(ran) == 2 and pick.candidate in ran and pick.fits
-  assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
+  # Calibration ran fill-drain on two devices (one device does not fit);
+  # verification the two fastest predicted, if that was not one of them.
+  assert ran[0].num_devices == 2 and ran[0].schedule_kind == ScheduleKind.GPIPE
   verified = [r for r in rows if r.measured_s is not None]
-  assert len(verified) == 2 and pick.measured_s == min(r.measured_s for r in verified)
+  assert {r.candidate for r in verified} == set(ran) and len(ran) in (2, 3)
+  assert all(r.fits for r in verified) and {r.candidate for r in rows[:2]} <= set(ran)
+  assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
+  assert pick.measured_s == min(r.measured_s for r in verified)
   marked = [l for l in tuner.FormatTable(rows, pick).splitlines() if l.startswith('*')]
   assert len(marked) == 1 and str(pick.candidate.splits[0]) in marked[0]

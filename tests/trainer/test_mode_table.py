@@ -27,7 +27,7 @@ def _Modes():
 def test_every_mode_has_a_module_with_run():
   modes = _Modes()
   assert set(modes) == {'train', 'eval', 'train_and_eval', 'evaler', 'decoder', 'inspect_params',
-                        'inspect_model', 'profile', 'decode', 'export', 'worker'}
+                        'inspect_model', 'profile', 'decode', 'export', 'worker', 'tune'}
   for module_name in set(modes.values()):
     run = importlib.import_module(module_name).Run
     assert list(inspect.signature(run).parameters) == ['ctx'], module_name
@@ -44,7 +44,7 @@ def test_trainer_py_holds_flags_and_the_table_only():
 
 @pytest.mark.parametrize('mode', ['inspect_params', 'inspect_model', 'train', 'eval',
                                   'evaler', 'decoder', 'profile', 'decode', 'export',
-                                  'worker'])
+                                  'worker', 'tune'])
 def test_every_mode_refuses_a_bad_cluster_spec_alike(mode, tmp_path):
   result = in_process.Run('--model=lm.StdlibBytesTiny', f'--mode={mode}',
                           f'--logdir={tmp_path / "run"}', '--cluster_spec=garbage',

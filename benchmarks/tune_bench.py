@@ -1,0 +1,165 @@
+"""The tuner against an exhaustive grid of the same space; prints one JSON object.
+
+Per workload ('uneven', partition_bench's stack where FLOPs mislead, and
+docs/workloads.md's ffn and transformer), in one process on --devices
+logical devices:
+1. tuner.Measure (timed: what tuning costs beyond its verification).
+2. tuner.Search without a budget: every candidate of the space predicted.
+3. Every candidate trains (planning/trial.py): its measured step and the
+   allocator's peak over the timed steps (all devices: on CPU they share
+   one allocator).
+4. Three budgets per device: the unpipelined step's (K=1, M=1, no remat;
+   else the space's smallest M and least remat) predicted peak, half and a
+   quarter of it. Under each, the candidates
+   that fit are those whose predicted per-device peak does (the planner's
+   model: a CPU's devices cannot be measured apart); the tuner's pick is
+   tuner.Tune's after Measure (Search, Calibrate, Search, Verify), its
+   trials looked up in the grid's runs; the grid's best is the fastest
+   measured of all that fit; the JSON gives both and pick over best.
+
+Also per workload: the calibrated prediction (no budget) of every
+candidate's step against its measured one (median and worst relative error) and the measured peak against
+the planner's predicted range for it (shared_peak_bytes, no two devices'
+activation peaks at once, to total_peak_bytes, all at once).
+
+  python -m benchmarks.tune_bench --workloads=uneven,ffn,transformer
+"""
+
+import dataclasses
+import json
+import os
+import statistics
+import time
+from typing import Any, Dict, List
+
+os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')  # the allocator's peaks
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+from benchmarks import partition_bench  # pylint: disable=g-import-not-at-top
+from benchmarks import runner
+
+FLAGS = flags.FLAGS
+_MIB = 2.0**20
+
+
+def _DefineFlags() -> None:
+  flags.DEFINE_list('workloads', ['uneven', 'ffn', 'transformer'],
+                    "'uneven' or workloads of docs/workloads.md.")
+  flags.DEFINE_integer('devices', 4, 'Logical CPU devices (the largest K).')
+  flags.DEFINE_list('micro_batches', ['1', '2', '4', '8'], 'Candidate M.')
+  flags.DEFINE_list('remats', ['NONE', 'PER_CELL'], 'Candidate remat policies.')
+  flags.DEFINE_integer('verify', 3, 'Candidates the tuner verifies by running them.')
+  flags.DEFINE_integer('repeats', 3, "Measure's timed runs per layer and function.")
+
+
+def _Space():
+  from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+  return tuner.Space(devices=[d for d in (1, 2, 4, 8) if d <= FLAGS.devices],
+                     micro_batches=[int(m) for m in FLAGS.micro_batches],
+                     remats=[RematPolicy[r.upper()] for r in FLAGS.remats])
+
+
+def _Errors(pairs: List[tuple]) -> Dict[str, float]:
+  errors = [abs(p - m) / m for p, m in pairs]
+  return dict(median=statistics.median(errors), worst=max(errors))
+
+
+def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
+  """The tuner's pick under `budget`: tuner.Tune's steps after Measure,
+  each trial looked up in the grid's runs (the same trial.Run)."""
+  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+
+  def Lookup(candidate):
+    return runs[candidate]['step_s'], runs[candidate]['peak_bytes']
+
+  rows = tuner.Search(pipeline, measured, budget, space)
+  calibrated = tuner.Calibrate(pipeline, measured, rows, Lookup)
+  rows = tuner.Search(pipeline, calibrated, budget, space)
+  return tuner.Verify(rows, Lookup, FLAGS.verify), calibrated
+
+
+def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
+  """The tuner's pick against the grid's best under three budgets."""
+  from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
+  order = list(RematPolicy)
+  single = min((r for r in rows if r.candidate.num_devices == 1),
+               key=lambda r: (r.candidate.num_micro_batches, order.index(r.candidate.remat)))
+  out = []
+  for share in (1.0, 0.5, 0.25):
+    budget = int(single.peak_bytes * share)
+    fitting = [r for r in rows if r.peak_bytes <= budget]
+    if not fitting:
+      out.append(dict(budget_mb=budget / _MIB, share=share, fits=0))
+      continue
+    pick, _ = _Tuned(pipeline, measured, space, budget, runs)
+    best = min(fitting, key=lambda r: runs[r.candidate]['step_s'])
+    step = runs[pick.candidate]['step_s']
+    out.append(dict(
+        budget_mb=budget / _MIB, share=share, fits=len(fitting), pick=str(pick.candidate),
+        pick_step_s=step, best=str(best.candidate), best_step_s=runs[best.candidate]['step_s'],
+        pick_over_best=step / runs[best.candidate]['step_s'],
+        pick_predicted_peak_mb=pick.peak_bytes / _MIB,
+        pick_measured_peak_mb=(runs[pick.candidate]['peak_bytes'] or 0) / _MIB))
+  return out
+
+
+def Run(name: str) -> Dict[str, Any]:
+  """The tuner and the grid on workload `name` (module docstring)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.pipeline import gpipe  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+  layers, shape = partition_bench.Workload(name)
+  pipeline = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers,
+                                                input_shapes=[shape])
+  x = [tf.random.stateless_normal(shape, [1, 2])]
+  devices = [d.name for d in tf.config.list_logical_devices('CPU')]
+  space = _Space()
+  start = time.perf_counter()
+  measured = tuner.Measure(pipeline, x, space, devices, FLAGS.repeats)
+  measure_s = time.perf_counter() - start
+  unbounded = 1 << 50
+  runs = {}
+  for r in tuner.Search(pipeline, measured, unbounded, space):
+    step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
+    runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
+  _, calibrated = _Tuned(pipeline, measured, space, unbounded, runs)
+  rows = tuner.Search(pipeline, calibrated, unbounded, space)
+  grid = []
+  for r in rows:
+    run = runs[r.candidate]
+    grid.append(dict(candidate=str(r.candidate), splits=list(r.candidate.splits),
+                     predicted_s=r.predicted.seconds, critical_s=r.predicted.critical,
+                     shared_s=r.predicted.shared, measured_s=run['step_s'],
+                     predicted_peak_mb=r.peak_bytes / _MIB,
+                     predicted_range_mb=[r.shared_peak_bytes / _MIB, r.total_peak_bytes / _MIB],
+                     measured_peak_mb=(run['peak_bytes'] or 0) / _MIB))
+  peaks = [(g['measured_peak_mb'], g['predicted_range_mb']) for g in grid if g['measured_peak_mb']]
+  return dict(
+      workload=name, measure_s=measure_s, candidates=len(rows),
+      scale={str(m): f for m, f in calibrated.scale.items()},
+      concurrency={str(d): c for d, c in calibrated.concurrency.items()},
+      overheads=dataclasses.asdict(measured.overheads),
+      step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid]),
+      peak_in_predicted_range=sum(lo * 0.85 <= m <= hi * 1.15 for m, (lo, hi) in peaks),
+      peaks_measured=len(peaks), budgets=_Budgets(pipeline, measured, space, rows, runs),
+      grid=grid)
+
+
+def main(argv):
+  del argv
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cpu = tf.config.list_physical_devices('CPU')[0]
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.devices)
+  print(json.dumps(dict(machine=runner.MachineInfo(),
+                        rows=[Run(name) for name in FLAGS.workloads])))
+
+
+if __name__ == '__main__':
+  _DefineFlags()
+  partition_bench.DefineWorkloadFlags()
+  app.run(main)

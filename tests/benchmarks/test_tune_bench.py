@@ -1,0 +1,22 @@
+"""tune_bench: one small run end to end (the tuner against its grid)."""
+
+import json
+
+from tests import fresh_process
+
+
+def test_a_small_run_compares_the_pick_with_the_grid():
+  out = fresh_process.RunPython(
+      '-m', 'benchmarks.tune_bench', '--workloads=uneven', '--uneven_layers=2', '--dim=16',
+      '--uneven_batch=8', '--micro_batches=1', '--remats=NONE', '--devices=2', '--verify=1',
+      '--repeats=1').stdout
+  (row,) = json.loads(out.strip().splitlines()[-1])['rows']
+  assert row['workload'] == 'uneven' and row['candidates'] == len(row['grid']) > 1
+  assert {g['candidate'].split()[0] for g in row['grid']} == {'K=1', 'K=2'}
+  assert all(g['measured_s'] > 0 and g['measured_peak_mb'] > 0 for g in row['grid'])
+  assert 0 <= row['step_error']['median'] <= row['step_error']['worst']
+  assert [b['share'] for b in row['budgets']] == [1.0, 0.5, 0.25]
+  for budget in row['budgets']:
+    if budget['fits']:
+      assert budget['pick_over_best'] >= 1.0
+      assert budget['pick_predicted_peak_mb'] <= budget['budget_mb']
