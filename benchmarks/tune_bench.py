@@ -18,9 +18,10 @@ logical devices:
    measured of all that fit; the JSON gives both and pick over best.
 
 Also per workload: the calibrated prediction (no budget) of every
-candidate's step against its measured one (median and worst relative error) and the measured peak against
-the planner's predicted range for it (shared_peak_bytes, no two devices'
-activation peaks at once, to total_peak_bytes, all at once).
+candidate's step but the calibration's own against its measured one
+(median and worst relative error), and the measured peak against the planner's predicted range for
+it (shared_peak_bytes, no two devices' activation peaks at once, to
+total_peak_bytes, all at once).
 
   python -m benchmarks.tune_bench --workloads=uneven,ffn,transformer
 """
@@ -62,8 +63,11 @@ def _Space():
                      remats=[RematPolicy[r.upper()] for r in FLAGS.remats])
 
 
-def _Errors(pairs: List[tuple]) -> Dict[str, float]:
+def _Errors(pairs: List[tuple]) -> Dict[str, Any]:
+  """Median and worst |predicted - measured| / measured (None: no pairs)."""
   errors = [abs(p - m) / m for p, m in pairs]
+  if not errors:
+    return dict(median=None, worst=None)
   return dict(median=statistics.median(errors), worst=max(errors))
 
 
@@ -77,8 +81,9 @@ def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
 
   rows = tuner.Search(pipeline, measured, budget, space)
   calibrated = tuner.Calibrate(pipeline, measured, rows, Lookup)
+  probes = {r.candidate for r in rows if r.measured_s is not None}
   rows = tuner.Search(pipeline, calibrated, budget, space)
-  return tuner.Verify(rows, Lookup, FLAGS.verify), calibrated
+  return tuner.Verify(rows, Lookup, FLAGS.verify), calibrated, probes
 
 
 def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
@@ -94,7 +99,7 @@ def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
     if not fitting:
       out.append(dict(budget_mb=budget / _MIB, share=share, fits=0))
       continue
-    pick, _ = _Tuned(pipeline, measured, space, budget, runs)
+    pick, _, _ = _Tuned(pipeline, measured, space, budget, runs)
     best = min(fitting, key=lambda r: runs[r.candidate]['step_s'])
     step = runs[pick.candidate]['step_s']
     out.append(dict(
@@ -126,12 +131,13 @@ def Run(name: str) -> Dict[str, Any]:
   for r in tuner.Search(pipeline, measured, unbounded, space):
     step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
     runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
-  _, calibrated = _Tuned(pipeline, measured, space, unbounded, runs)
+  _, calibrated, probes = _Tuned(pipeline, measured, space, unbounded, runs)
   rows = tuner.Search(pipeline, calibrated, unbounded, space)
   grid = []
   for r in rows:
     run = runs[r.candidate]
     grid.append(dict(candidate=str(r.candidate), splits=list(r.candidate.splits),
+                     calibration=r.candidate in probes,
                      predicted_s=r.predicted.seconds, critical_s=r.predicted.critical,
                      shared_s=r.predicted.shared, measured_s=run['step_s'],
                      predicted_peak_mb=r.peak_bytes / _MIB,
@@ -143,7 +149,8 @@ def Run(name: str) -> Dict[str, Any]:
       scale={str(m): f for m, f in calibrated.scale.items()},
       concurrency={str(d): c for d, c in calibrated.concurrency.items()},
       overheads=dataclasses.asdict(measured.overheads),
-      step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid]),
+      step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid
+                          if not g['calibration']]),
       peak_in_predicted_range=sum(lo * 0.85 <= m <= hi * 1.15 for m, (lo, hi) in peaks),
       peaks_measured=len(peaks), budgets=_Budgets(pipeline, measured, space, rows, runs),
       grid=grid)

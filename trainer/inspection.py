@@ -19,6 +19,7 @@ from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.planning import choices
 from lingvo_pipe.planning import planner
+from lingvo_pipe.planning import tuner
 from lingvo_pipe.pipeline.layout import cells as cells_lib
 from lingvo_pipe.pipeline.layout import cluster
 from lingvo_pipe.pipeline.layout import device_mapping
@@ -40,13 +41,6 @@ _OPTIMIZER_SLOTS = {
     base_experiment.OptimizerKind.RMSPROP: 2,
 }
 
-# The schedules the planner weighs: (ScheduleKind, cells per device).
-PLANNED_SCHEDULES = ((schedule.ScheduleKind.GPIPE, 1),
-                     (schedule.ScheduleKind.ONE_F_ONE_B, 1),
-                     (schedule.ScheduleKind.INTERLEAVED, 2),
-                     (schedule.ScheduleKind.ZB_H1, 1),
-                     (schedule.ScheduleKind.ZB_H2, 1),
-                     (schedule.ScheduleKind.ZB_V, 2))
 # The class attribute naming the ScheduleKinds a pipeline's owner trains.
 SCHEDULES_ATTRIBUTE = 'PIPELINE_SCHEDULES'
 
@@ -67,7 +61,7 @@ def RunnableSchedules(owner: Optional[type]) -> Sequence[schedule.ScheduleKind]:
 
 
 def PipelinesInParams(params: Any, path: str = '',
-               owner: Optional[type] = None) -> Iterator[Pipeline]:
+                      owner: Optional[type] = None) -> Iterator[Pipeline]:
   """(path, params, owner class) of every PipeliningLayer in nested params."""
   if isinstance(params, hyperparams.Params):
     cls = params.cls if 'cls' in params else None
@@ -80,7 +74,7 @@ def PipelinesInParams(params: Any, path: str = '',
       return
     for key, value in params.IterParams():
       yield from PipelinesInParams(value, f'{path}.{key}' if path else key,
-                            cls if cls is not None else owner)
+                                   cls if cls is not None else owner)
 
 
 def NeedsBuild(task_params: hyperparams.Params) -> bool:
@@ -146,7 +140,7 @@ def _PlannerTable(p: hyperparams.Params, num_devices: int, num_micro: Optional[i
   every remat, the schedules in runnable."""
   if not p.layers or p.input_shapes is None or num_micro is None:
     return ['  planner: needs the automatic partition (layers and input_shapes).']
-  schedules = [(kind, v) for kind, v in PLANNED_SCHEDULES if kind in runnable]
+  schedules = [(kind, v) for kind, v in tuner.ALL_SCHEDULES if kind in runnable]
   rows = planner.Plan(p.layers, _ReplicaInputShapes(p), budget_bytes,
                       cells=_Around(num_devices), micro_batches=_Around(num_micro),
                       optimizer_slots=optimizer_slots, batch_dim=p.batch_dim,

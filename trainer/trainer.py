@@ -4,10 +4,10 @@
       --mode=train_and_eval
   lingvo_pipe_trainer --model=my_exps.MlpGPipe --mode=train   # ./my_exps.py
 
-The modes are --mode's (its help names each). This file holds the flags and the table of modes; each mode is a module of trainer/ that reads
-one RunContext (trainer/run_context.py). User errors (unknown model, bad override, unwritable
-logdir, missing data) end the program with one line on stderr and exit code 2, without a
-traceback. SIGTERM and SIGINT end training after the step under way with a checkpoint at that
+The modes are --mode's (its help names each). This file holds the flags and the table of
+modes; each mode is a module of trainer/ that reads one RunContext (trainer/run_context.py).
+User errors (unknown model, bad override, unwritable logdir, missing data) end the program
+with one line on stderr and exit code 2, without a traceback. SIGTERM and SIGINT end training after the step under way with a checkpoint at that
 step (exit code 128 + the signal); see docs/reliability.md.
 """
 

@@ -4,9 +4,10 @@
 The task is built once to read what its pipeline receives (one batch of
 the training data, run eagerly up to the pipeline); the layers are timed
 alone at every candidate micro-batch size; every candidate is predicted;
-the fastest predicted ones train a few steps each in a trainer of their
-own, with the experiment's optimizer and the override the last line
-prints, so what is measured is what that line runs. Nothing is written
+the calibration steps and the fastest predicted candidates train a few
+steps each in a trainer of their own, with the experiment's optimizer and
+the override the last line prints, so what is measured is what that line
+runs. Nothing is written
 but logdir/tune.png; checkpoints are neither read nor saved.
 """
 
@@ -69,9 +70,9 @@ def Run(ctx: run_context.RunContext) -> None:
   tune_chart.Draw(rows, budget, chart, f'{ctx.options.model}: {prefix}', pick)
   print(f'Tuned {prefix} in {time.perf_counter() - start:.0f} s over {len(devices)} '
         f'device(s), budget {budget / 2**20:.0f} MiB per device, {slots} optimizer slot(s) '
-        'per weight. Predicted from each layer timed alone; the measured rows trained '
-        'in a trainer of their own (seconds per step: median of 3 rounds; peak: the '
-        'allocator\'s, over every device). Chart: ' + chart)
+        'per weight. Predicted from each layer timed alone, calibrated by whole steps; '
+        'the measured rows trained in a trainer of their own (seconds per step: median '
+        'of 3 rounds; peak: the allocator\'s, over every device). Chart: ' + chart)
   print(tuner.FormatTable(rows, pick))
   print(f"tuned: --model_params_override='{pick.candidate.Override(prefix)}'")
 

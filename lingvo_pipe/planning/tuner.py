@@ -39,7 +39,8 @@ from lingvo_pipe.planning import planner
 from lingvo_pipe.planning import step_prediction
 
 Kind = schedule.ScheduleKind
-# (ScheduleKind, cells per device v) of the built-in schedules.
+# (ScheduleKind, cells per device v) of the built-in schedules: what the
+# tuner and inspect_model's planner table weigh.
 ALL_SCHEDULES = ((Kind.GPIPE, 1), (Kind.ONE_F_ONE_B, 1), (Kind.INTERLEAVED, 2),
                  (Kind.ZB_H1, 1), (Kind.ZB_H2, 1), (Kind.ZB_V, 2))
 
@@ -89,9 +90,11 @@ def _Text(value: Any) -> str:
 
 @dataclasses.dataclass
 class Row:
-  """A candidate, predicted and (if verified) measured. Bytes are a
-  device's; `measured_peak_bytes` is the allocator's over every device
-  of the trial (on CPU they share one)."""
+  """A candidate, predicted and (if it ran) measured. `peak_bytes` is the
+  predicted peak of its fullest device; `shared_peak_bytes` and
+  `total_peak_bytes` the planner's range for one allocator that all its
+  devices share (planner.PlanRow); `measured_peak_bytes` is the
+  allocator's over every device of the trial (on CPU they share one)."""
   candidate: Candidate
   predicted: step_prediction.StepSeconds
   peak_bytes: int
@@ -115,10 +118,15 @@ class Measurements:
 
 
 def _Batch(pipeline: hyperparams.Params) -> int:
+  """The pipeline's batch, if it can be tuned."""
   if not pipeline.layers or not pipeline.input_shapes:
     raise ValueError(f'PipeliningLayer {pipeline.name!r}: tuning needs p.layers and '
                      'p.input_shapes (the automatic partition); a cell_tpl pipeline is '
                      'partitioned by hand.')
+  if pipeline.num_replicas != 1:
+    raise ValueError(f'PipeliningLayer {pipeline.name!r} has num_replicas='
+                     f'{pipeline.num_replicas}; the tuner lays out one replica: tune with '
+                     'num_replicas=1 and 1/R of the batch, then set R back.')
   return micro_batch.Contract.FromParams(pipeline).InputLayout(
       layer_meta.Shapes(*pipeline.input_shapes)).batch_size
 

@@ -101,7 +101,7 @@ def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once()
           r.candidate.cells_per_device == 2} == {(2,)}
 
 
-def test_a_budget_nothing_fits_names_the_smallest_peak():
+def test_a_budget_nothing_fits_and_untunable_pipelines_are_named():
   pipeline, _ = _Stack()
   space = tuner.Space(micro_batches=(1, 2))
   rows = tuner.Search(pipeline, _Measured(pipeline, space), 1000, space)
@@ -115,6 +115,9 @@ def test_a_budget_nothing_fits_names_the_smallest_peak():
   manual = gpipe.PipeliningLayer.Params().Set(name='manual', cell_tpl=pipeline.layers[:2])
   with pytest.raises(ValueError, match=r"'manual': tuning needs p.layers and p.input_shapes"):
     tuner.Search(manual, _Measured(pipeline, space), 1 << 30, space)
+  replicas = pipeline.Copy().Set(num_replicas=2)
+  with pytest.raises(ValueError, match=r"'pipe' has num_replicas=2; the tuner lays out one"):
+    tuner.Search(replicas, _Measured(pipeline, space), 1 << 30, space)
 
 
 def test_a_candidate_builds_the_cells_its_splits_name():
