@@ -116,18 +116,11 @@ def _PipelineInputs(params: hyperparams.Params, prefix: str) -> Tuple[Any, ...]:
 
 def _Trial(params: hyperparams.Params, override: str) -> Tuple[float, Optional[int]]:
   """(seconds per step, allocator peak bytes or None) of the experiment
-  trained with `override`, after a first step that builds it."""
+  trained with `override` (trial.Timed)."""
   trial_params = params.Copy()
   experiment_params.ApplyOverrides(trial_params, override)
-  before = trial.BytesInUse()
   with tempfile.TemporaryDirectory() as logdir:
-    trainer_obj = loop.Trainer(trial_params, logdir, log=lambda _: None)
-    trainer_obj.RunStepsUnsaved(1)
-    if before is not None:
-      tf.config.experimental.reset_memory_stats('CPU:0')
-    seconds = trial.StepSeconds(trainer_obj.RunStepsUnsaved)
-    peak = None if before is None else (
-        tf.config.experimental.get_memory_info('CPU:0')['peak'] - before)
-  del trainer_obj
+    result = trial.Timed(
+        lambda: loop.Trainer(trial_params, logdir, log=lambda _: None).RunStepsUnsaved)
   gc.collect()
-  return seconds, peak
+  return result

@@ -35,45 +35,56 @@ def StepSeconds(run: Callable[[int], Any], rounds: int = 3, round_s: float = 0.3
   return statistics.median(seconds)
 
 
-def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
-        memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
-  """(seconds per step, peak bytes or None) of training steps of the
-  PipeliningLayer `pipeline` on `inputs` (a whole batch), timed by
-  StepSeconds after `warmup` steps (the first traces)."""
+def Timed(start: Callable[[], Callable[[int], Any]], warmup: int = 1,
+          memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
+  """(seconds per step, peak bytes or None) of the steps `start()` returns
+  a runner of (run(n) runs n steps): `warmup` steps first (the first
+  traces), then StepSeconds; the peak is the allocator's over the timed
+  steps, less what it held before `start` built anything."""
   if warmup < 1:
     raise ValueError(f'warmup ({warmup}) must be >= 1: the first step traces the graph.')
   before = BytesInUse(memory_device)
-  pipe = pipeline.Instantiate()
-  variables = pipe.trainable_variables
-
-  def Loss(out: Any) -> tf.Tensor:
-    first = tf.nest.flatten(out)[0]
-    return tf.reduce_mean(tf.square(tf.cast(first, tf.float32)))
-
-  @tf.function(autograph=False)
-  def Step(*x):
-    with tf.GradientTape() as tape:
-      loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
-    for v, g in zip(variables, tape.gradient(loss, variables)):
-      if g is not None:
-        with tf.device(v.device):
-          v.assign_sub(1e-6 * tf.convert_to_tensor(g))
-    return loss
-
-  for _ in range(warmup):
-    Step(*inputs).numpy()
+  run = start()
+  run(warmup)
   if before is not None:
     tf.config.experimental.reset_memory_stats(memory_device)
-
-  def Steps(n: int) -> None:
-    for _ in range(n):
-      Step(*inputs).numpy()
-
-  seconds = StepSeconds(Steps)
+  seconds = StepSeconds(run)
   peak = None
   if before is not None:
     peak = tf.config.experimental.get_memory_info(memory_device)['peak'] - before
   return seconds, peak
+
+
+def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
+        memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
+  """Timed training steps of the PipeliningLayer `pipeline` on `inputs` (a
+  whole batch)."""
+
+  def Start() -> Callable[[int], None]:
+    pipe = pipeline.Instantiate()
+    variables = pipe.trainable_variables
+
+    def Loss(out: Any) -> tf.Tensor:
+      first = tf.nest.flatten(out)[0]
+      return tf.reduce_mean(tf.square(tf.cast(first, tf.float32)))
+
+    @tf.function(autograph=False)
+    def Step(*x):
+      with tf.GradientTape() as tape:
+        loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
+      for v, g in zip(variables, tape.gradient(loss, variables)):
+        if g is not None:
+          with tf.device(v.device):
+            v.assign_sub(1e-6 * tf.convert_to_tensor(g))
+      return loss
+
+    def Steps(n: int) -> None:
+      for _ in range(n):
+        Step(*inputs).numpy()
+
+    return Steps
+
+  return Timed(Start, warmup, memory_device)
 
 
 def BytesInUse(device: str = 'CPU:0') -> Optional[int]:

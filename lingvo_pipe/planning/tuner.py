@@ -158,14 +158,15 @@ def _Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
                        program.EmissionOf(plan_lib.LoopFromM(p), c.num_micro_batches))
 
 
-def _Predict(candidate: Candidate, p: hyperparams.Params,
+def _Predict(candidate: Candidate, step: program.Program,
              measured: Measurements) -> step_prediction.StepSeconds:
+  """The seconds of `candidate`'s training step `step` (_Program)."""
   m = candidate.num_micro_batches
   scale = measured.scale.get(m, 1.0)
   costs = [measured_costs.LayerCost(c.forward_s * scale, c.input_grad_s * scale,
                                     c.weight_grad_s * scale) for c in measured.costs[m]]
   return step_prediction.Predict(
-      _Program(candidate, p), step_prediction.CellCosts(costs, candidate.splits),
+      step, step_prediction.CellCosts(costs, candidate.splits),
       measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads)
 
 
@@ -195,7 +196,7 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
         p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
         partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
         plan_lib.LoopFromM(p), costs)
-    rows.append(Row(candidate, _Predict(candidate, p, measured), row.max_peak_bytes,
+    rows.append(Row(candidate, _Predict(candidate, step, measured), row.max_peak_bytes,
                     row.shared_peak_bytes, row.total_peak_bytes,
                     row.max_peak_bytes <= budget_bytes))
   # Ties (within a microsecond) go to fewer devices, then fewer micro-batches.
@@ -238,8 +239,8 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     if probe is None:
       continue
     probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
-    p = probe.candidate.Apply(pipeline)
-    layers = _Predict(probe.candidate, p, Measurements(measured.costs)).seconds
+    step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
+    layers = _Predict(probe.candidate, step, Measurements(measured.costs)).seconds
     overhead = probe.predicted.seconds - layers
     scale[m] = max(probe.measured_s - overhead, 0.0) / layers if layers > 0 else 1.0
   for m in measured.costs:
@@ -248,13 +249,14 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
   scaled = dataclasses.replace(measured, scale=scale)
   concurrency: Dict[int, float] = {}
   for d in sorted({r.candidate.num_devices for r in rows} - {1}):
-    probe = next((_Probe(rows, d, m) for m in sorted(measured.costs, reverse=True)
-                  if _Probe(rows, d, m) is not None), None)
+    found = (_Probe(rows, d, m) for m in sorted(measured.costs, reverse=True))
+    probe = next((r for r in found if r is not None), None)
     if probe is None:
       continue
     probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
-    unit = _Predict(probe.candidate, probe.candidate.Apply(pipeline), scaled)
-    work = (unit.shared - measured.overheads.step_s)  # all actions at concurrency 1
+    step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
+    unit = _Predict(probe.candidate, step, scaled)
+    work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
     spent = probe.measured_s - measured.overheads.step_s
     concurrency[d] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
   return dataclasses.replace(scaled, concurrency=concurrency)
