@@ -10,6 +10,7 @@ TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (else None). On CPU
 all logical devices share that allocator, so the peak is every device's.
 """
 
+import gc
 import statistics
 import time
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -43,6 +44,7 @@ def Timed(start: Callable[[], Callable[[int], Any]], warmup: int = 1,
   steps, less what it held before `start` built anything."""
   if warmup < 1:
     raise ValueError(f'warmup ({warmup}) must be >= 1: the first step traces the graph.')
+  gc.collect()  # an earlier trial's garbage freed now, not during the steps measured
   before = BytesInUse(memory_device)
   run = start()
   run(warmup)
