@@ -179,7 +179,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.__dict__['_replica_runners'] = [
         [cell_runner.CellRunner(cell, d.name, jit) for cell, d in zip(views, row)]
         for row in self.replica_devices]
-    self.__dict__['_collectives'] = all_reduce.Collectives()
+    self.__dict__['_collectives'] = all_reduce.Collectives(
+        [d.name for row in self.replica_devices for d in row] if p.num_replicas > 1 else [])
     self.__dict__['_queue_names'] = loop_queues.QueueNames()
 
   @property

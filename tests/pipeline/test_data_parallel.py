@@ -120,6 +120,15 @@ def test_copies_live_on_their_replicas_devices_and_are_not_the_models():
     assert index in ({0, 2}, {1, 3}), (original.device, copy.device)
 
 
+def test_a_replicated_step_is_traced_once():
+  """The all-reduces' ordering tokens exist before the first trace: made
+  during it, they would make tf.function trace the whole step twice."""
+  pipe, shape = _Pipeline(ScheduleKind.ZB_H1, 2, 2, 2)
+  step = models.TrainStepWithLoss(pipe, 7, 4)
+  step(tf.random.stateless_normal(shape, [1, 2]))
+  assert step.experimental_get_tracing_count() == 1
+
+
 @pytest.mark.parametrize('kind,loop', [(ScheduleKind.GPIPE, 0), (ScheduleKind.ZB_H1, 2)])
 def test_gradients_are_all_reduced_on_every_replica_device(kind, loop):
   """One CollectiveReduceV2 per cell on each of its replica devices (the

@@ -19,7 +19,9 @@ counted per owner, one per (cell, dtype) of each traced step, so
 reductions that may run at once never share one. Each device's collectives
 run in the order they were built (the owner's ordering token per device),
 the same order on every member, which keeps them from waiting on each
-other.
+other. The tokens are variables, made with the owner: made during the
+first trace of a step, they would make tf.function trace the whole step
+a second time.
 """
 
 import itertools
@@ -43,14 +45,20 @@ _owners = itertools.count()  # the one process-wide count: of key ranges handed 
 
 class Collectives:
   """The group keys, instance keys and ordering tokens of one owner's
-  all-reduces (module docstring)."""
+  all-reduces on `devices` (module docstring)."""
 
-  def __init__(self) -> None:
+  def __init__(self, devices: Sequence[str]) -> None:
     self._lock = threading.Lock()
     self._first_group_key = 1 + next(_owners) * _GROUP_KEYS_PER_OWNER
     self._group_keys: Dict[Tuple[str, ...], int] = {}
     self._instance_keys = itertools.count(1)
     self._ordering_tokens: Dict[str, tf.Variable] = {}
+    with tf.init_scope():
+      for device in devices:
+        if device not in self._ordering_tokens:
+          with tf.device(device):
+            self._ordering_tokens[device] = tf.Variable(
+                0.0, trainable=False, name='collective_ordering_token')
 
   def GroupKey(self, devices: Tuple[str, ...]) -> int:
     with self._lock:
@@ -66,14 +74,11 @@ class Collectives:
       return next(self._instance_keys)
 
   def OrderingToken(self, device: str) -> Any:
-    """The resource that orders this owner's collectives on `device`
-    (created once, outside any function)."""
-    with self._lock:
-      if device not in self._ordering_tokens:
-        with tf.init_scope(), tf.device(device):
-          self._ordering_tokens[device] = tf.Variable(
-              0.0, trainable=False, name='collective_ordering_token')
-      return self._ordering_tokens[device].handle
+    """The resource that orders this owner's collectives on `device`."""
+    if device not in self._ordering_tokens:
+      raise ValueError(f'All-reduces on {device!r}: their owner was made for '
+                       f'{sorted(self._ordering_tokens)} only.')
+    return self._ordering_tokens[device].handle
 
 
 def Sum(per_replica: Sequence[Sequence[Optional[tf.Tensor]]],
