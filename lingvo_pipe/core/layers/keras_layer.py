@@ -10,7 +10,8 @@ variables are a template: never read by FProp, never in theta or checkpoints.
 
 Keras layers with state the project cannot honour are refused as they are
 built (`KerasLayerError`): random layers (a Keras SeedGenerator: Dropout,
-GaussianNoise, ...), BatchNormalization, stateful RNNs, masks, regularizers
+GaussianNoise, ...), a trainable BatchNormalization (KerasLayers maps
+one in the chain itself to the project's batch norm), stateful RNNs, masks, regularizers
 and mixed-precision policies. keras_models.py turns a Keras model into a
 PipeliningLayer's layers and moves weights between the two.
 """
@@ -239,11 +240,12 @@ def _CheckSupported(sub: Any, name: str) -> None:
         f'{what} has the dtype policy {policy!r}; Keras layers run in float32 only '
         "for now: build them under keras.mixed_precision.set_global_policy('float32') "
         "(or dtype='float32').")
-  if isinstance(sub, keras.layers.BatchNormalization):
+  if isinstance(sub, keras.layers.BatchNormalization) and sub.trainable:
     raise KerasLayerError(
         f'{what} updates its moving statistics in call, which a pipeline (one call '
-        'per micro-batch, again when it recomputes) cannot honour; use lingvo_pipe\'s '
-        'normalization.BatchNormLayer, whose statistics the pipeline applies once per step.')
+        'per micro-batch, again when it recomputes) cannot honour; put it in the chain '
+        'itself (KerasLayers maps it to normalization.BatchNormLayer, whose statistics '
+        'the pipeline updates once per step), or freeze it (trainable=False).')
   if getattr(sub, 'stateful', False) is True:
     raise KerasLayerError(
         f'{what} is stateful: it carries states between batches in variables, which '

@@ -2,8 +2,10 @@
 
 `KerasLayers` turns a Keras model that is a chain (a Sequential, a
 functional model of one path, or a list of layers) into the layers of a
-PipeliningLayer: a KerasLayer each, a Keras Dropout among them the
-project's DropoutLayer. `CopyWeightsFromKeras` and `CopyWeightsToKeras`
+PipeliningLayer: a KerasLayer each; among them a Keras Dropout becomes the
+project's DropoutLayer and a Keras BatchNormalization its BatchNormLayer
+(whose moving statistics the pipeline updates once per step, from the
+whole batch). `CopyWeightsFromKeras` and `CopyWeightsToKeras`
 move the weights between the Keras model and those layers, so a user goes
 Keras -> pipelined training -> Keras without conversion scripts.
 """
@@ -15,6 +17,7 @@ import tensorflow as tf
 from lingvo_pipe.core import base_layer
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import dropout
+from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers.keras_layer import BuiltKerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayerError
@@ -34,7 +37,11 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
   very layer (so CopyWeightsToKeras writes into the model given); a Keras
   Dropout becomes a dropout.DropoutLayer
   (keep_prob = 1 - rate), whose masks are the project's per-example
-  stateless ones, not Keras's.
+  stateless ones, not Keras's; a trainable Keras BatchNormalization
+  becomes a normalization.BatchNormLayer (decay = momentum, same epsilon):
+  each micro-batch is normalized with its own statistics, as GPipe does,
+  and the moving averages follow the whole batch's, once per step (a
+  frozen one, trainable=False, stays a KerasLayer: it only reads them).
 
   Args:
     model_or_layers: a keras.Sequential, a functional keras.Model whose
@@ -61,6 +68,9 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
         raise KerasLayerError(f'Keras Dropout {layer.name!r} follows a layer of '
                               f'{len(shapes)} outputs; it takes one.')
       out.append(_DropoutParams(layer, name, shapes[0]))
+      continue
+    if _UpdatesStatistics(layer):
+      out.append(_BatchNormParams(layer, name, shapes))
       continue
     p = KerasLayer.Params().Set(name=name, factory=_Returning(layer),
                                 input_shapes=[s.as_list() for s in shapes])
@@ -140,6 +150,41 @@ def _DropoutParams(layer: Any, name: str, shape: tf.TensorShape) -> hyperparams.
                                            noise_shape_broadcast_dims=dims)
 
 
+def _UpdatesStatistics(layer: Any) -> bool:
+  return isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
+
+
+def _BatchNormParams(layer: Any, name: str,
+                     shapes: List[tf.TensorShape]) -> hyperparams.Params:
+  """A trainable Keras BatchNormalization as BatchNormLayer params; built
+  (its weights are copied both ways) if it was not."""
+  what = f'Keras BatchNormalization {layer.name!r}'
+  unsupported = [k for k in ('renorm', 'synchronized') if getattr(layer, k, False)]
+  unsupported += [k for k in ('center', 'scale') if not getattr(layer, k)]
+  unsupported += [k for k in ('beta_regularizer', 'gamma_regularizer')
+                  if getattr(layer, k) is not None]
+  if unsupported:
+    raise KerasLayerError(f'{what} sets {unsupported}; BatchNormLayer has a trainable '
+                          'gamma and beta and neither renormalization, cross-replica '
+                          'statistics nor regularizers: build it with the defaults.')
+  if layer.axis not in (-1, shapes[0].rank - 1):
+    raise KerasLayerError(f'{what} normalizes axis {layer.axis}; BatchNormLayer '
+                          'normalizes the last axis: move the channels last.')
+  if len(shapes) != 1 or shapes[0].rank not in (2, 4):
+    raise KerasLayerError(f'{what} takes inputs of shapes {[str(s) for s in shapes]}; '
+                          'it maps to normalization.BatchNormLayer, which takes one '
+                          'input of rank 2 or 4 (channels last).')
+  shape = shapes[0]
+  if layer.dtype_policy.name != 'float32':
+    raise KerasLayerError(f'{what} has the dtype policy {layer.dtype_policy.name!r}; '
+                          'Keras layers run in float32 only for now.')
+  if not layer.built:
+    layer(keras.KerasTensor(tuple(shape.as_list())))
+  return normalization.BatchNormLayer.Params().Set(
+      name=name, dim=int(shape[-1]), decay=float(layer.momentum),
+      epsilon=float(layer.epsilon))
+
+
 def _Returning(layer: Any) -> Callable[[], Any]:
   """A factory returning `layer` itself (a function: Params copy it as is)."""
 
@@ -149,39 +194,55 @@ def _Returning(layer: Any) -> Callable[[], Any]:
   return Factory
 
 
+def _Mapped(layer: base_layer.BaseLayer) -> bool:
+  """Whether `layer` is one KerasLayers makes from a Keras layer with weights."""
+  return isinstance(layer, (KerasLayer, normalization.BatchNormLayer))
+
+
+def _OrderedVariables(layer: base_layer.BaseLayer) -> List[tf.Variable]:
+  """The variables of a mapped layer in the order of its Keras layer's weights."""
+  if isinstance(layer, KerasLayer):
+    return layer.KerasOrderedVariables()
+  return [layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance]
+
+
 def _Pairs(layer: base_layer.BaseLayer,
-           model_or_layers: KerasModelOrLayers) -> List[Tuple[KerasLayer, Any]]:
-  """(KerasLayer in `layer`, Keras layer) pairs, in order, checked to hold
-  weights of the same shapes."""
+           model_or_layers: KerasModelOrLayers) -> List[Tuple[List[tf.Variable], Any]]:
+  """(variables of a layer in `layer`, Keras layer) pairs, in order, checked
+  to hold weights of the same shapes."""
   keras_layers = [l for l in _Chain(model_or_layers)
                   if not isinstance(l, keras.layers.Dropout)]
-  ours = [l for l in layer.Walk() if isinstance(l, KerasLayer)]
+  ours = [l for l in layer.Walk() if _Mapped(l)]
   if len(ours) != len(keras_layers):
-    raise ValueError(f'{layer.path!r} holds {len(ours)} KerasLayers, the Keras model '
-                     f'{len(keras_layers)} layers (Dropout aside); pass the model its '
-                     'layers came from (KerasLayers).')
+    raise ValueError(f'{layer.path!r} holds {len(ours)} KerasLayers and batch norms, '
+                     f'the Keras model {len(keras_layers)} layers (Dropout aside); pass '
+                     'the model its layers came from (KerasLayers).')
+  pairs = []
   for mine, theirs in zip(ours, keras_layers):
+    variables = _OrderedVariables(mine)
     want = [tuple(w.shape) for w in theirs.weights]
-    have = [tuple(v.shape) for v in mine.KerasOrderedVariables()]
+    have = [tuple(v.shape) for v in variables]
     if want != have:
-      raise ValueError(f'KerasLayer {mine.path!r} has weights of shapes {have}, Keras '
-                       f'layer {theirs.name!r} {want}; the layers do not match.')
-  return list(zip(ours, keras_layers))
+      raise ValueError(f'{type(mine).__name__} {mine.path!r} has weights of shapes '
+                       f'{have}, Keras layer {theirs.name!r} {want}; the layers do not '
+                       'match.')
+    pairs.append((variables, theirs))
+  return pairs
 
 
 def CopyWeightsFromKeras(layer: base_layer.BaseLayer,
                          model_or_layers: KerasModelOrLayers) -> None:
   """Assigns the weights of a built Keras model (or list of layers) to the
   KerasLayers of `layer` (e.g. a PipeliningLayer made by KerasLayers), the
-  i-th KerasLayer met by layer.Walk() from the i-th Keras layer (Dropout
-  aside). With num_replicas > 1 the trainer sets the replicas' copies
+  i-th KerasLayer (or BatchNormLayer) met by layer.Walk() from the i-th
+  Keras layer (Dropout aside). With num_replicas > 1 the trainer sets the replicas' copies
   from these before training; a loop of one's own must do so itself.
 
   Raises:
     ValueError: if the layers or their weights' shapes do not match.
   """
-  for mine, theirs in _Pairs(layer, model_or_layers):
-    for var, w in zip(mine.KerasOrderedVariables(), theirs.weights):
+  for variables, theirs in _Pairs(layer, model_or_layers):
+    for var, w in zip(variables, theirs.weights):
       var.assign(tf.convert_to_tensor(w))
 
 
@@ -194,5 +255,5 @@ def CopyWeightsToKeras(layer: base_layer.BaseLayer,
   Raises:
     ValueError: if the layers or their weights' shapes do not match.
   """
-  for mine, theirs in _Pairs(layer, model_or_layers):
-    theirs.set_weights([v.numpy() for v in mine.KerasOrderedVariables()])
+  for variables, theirs in _Pairs(layer, model_or_layers):
+    theirs.set_weights([v.numpy() for v in variables])

@@ -4,8 +4,9 @@ Outputs, loss and gradients of a PipeliningLayer made by KerasLayers from a
 keras.Sequential (Dense, LayerNormalization, an activation, a block of
 MultiHeadAttention) equal those of `model(x)` under a GradientTape, for
 K in {1, 2, 4}, M in {1, 4}, fill-drain (loss outside and inside) and
-1F1B, remat on and off; weights go Keras -> pipeline -> Keras; and each
-refusal says what it refuses and the fix.
+1F1B, remat on and off; a Keras BatchNormalization trains as GPipe's batch
+norm; weights go Keras -> pipeline -> Keras; and each refusal says what it
+refuses and the fix.
 """
 
 import numpy as np
@@ -16,6 +17,7 @@ from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import keras_layer
 from lingvo_pipe.core.layers import keras_models
+from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers.keras_layer import KerasLayerError
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
@@ -255,6 +257,79 @@ def test_a_keras_dropout_becomes_the_projects_dropout():
     _AssertClose(pipe.FProp(pipe.theta, x), model(x, training=False), 'eval outputs')
 
 
+def _ConvNet(trainable_norm: bool = True) -> keras.Sequential:
+  return keras.Sequential([
+      keras.Input((4, 4, 3)),
+      keras.layers.Conv2D(8, 3, padding='same', name='conv'),
+      keras.layers.BatchNormalization(momentum=0.9, trainable=trainable_norm, name='bn'),
+      keras.layers.Activation('relu', name='relu'),
+      keras.layers.GlobalAveragePooling2D(name='pool'),
+      keras.layers.Dense(4, name='out'),
+  ])
+
+
+@pytest.mark.parametrize('m', [1, 4])
+def test_a_keras_batch_norm_becomes_the_projects_batch_norm(m):
+  """Each micro-batch is normalized with its own statistics (GPipe's rule:
+  the Keras model called on each micro-batch), the moving averages follow
+  the whole batch's once per step (at M=1 exactly as Keras's own update),
+  and they go back into the Keras model."""
+  model = _ConvNet()
+  layers = keras_models.KerasLayers(model, [None, 4, 4, 3])
+  bn = layers[1]
+  assert bn.cls is normalization.BatchNormLayer
+  assert (bn.dim, bn.decay, bn.epsilon) == (8, 0.9, 1e-3)
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=m,
+      input_shapes=[[BATCH, 4, 4, 3]]).Instantiate()
+  keras_models.CopyWeightsFromKeras(pipe, model)
+  x = tf.random.stateless_normal([BATCH, 4, 4, 3], [5, 1])
+  conv_out = model.layers[0](x)
+  moving = [0.1 * tf.reduce_mean(conv_out, [0, 1, 2]),
+            0.9 + 0.1 * tf.math.reduce_variance(conv_out, [0, 1, 2])]
+
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    expected_y = tf.concat([model(part, training=True) for part in tf.split(x, m)], 0)
+    expected_loss = _Loss(expected_y)
+  expected_grads = tape.gradient(expected_loss, model.trainable_weights)
+  if m == 1:  # Keras's own update, from the one batch
+    moving = [model.layers[1].moving_mean, model.layers[1].moving_variance]
+  with tf.GradientTape() as tape:
+    y = pipe.FProp(pipe.theta, x)
+    loss = _Loss(y)
+  grads = tape.gradient(loss, pipe.trainable_variables)
+
+  _AssertClose(y, expected_y, 'outputs')
+  _AssertClose(loss, expected_loss, 'loss')
+  by_path = {'/'.join(v.path.split('/')[-2:]): g  # layer/weight
+             for v, g in zip(model.trainable_weights, expected_grads)}
+  ours = dict(zip([v.name for v in pipe.trainable_variables], grads))
+  for path, name in [('conv/kernel', 'pipe/conv/kernel:0'), ('bn/gamma', 'pipe/bn/gamma:0'),
+                     ('bn/beta', 'pipe/bn/beta:0'), ('out/kernel', 'pipe/out/kernel:0')]:
+    _AssertClose(ours[name], by_path[path], path)
+  bn_layer = pipe.layers[1]
+  _AssertClose(bn_layer.moving_mean, moving[0], 'moving mean')
+  _AssertClose(bn_layer.moving_variance, moving[1], 'moving variance')
+  keras_models.CopyWeightsToKeras(pipe, model)
+  _AssertClose(model.layers[1].moving_mean, moving[0], 'moving mean back in Keras')
+  with eval_mode.EvalMode():
+    _AssertClose(pipe.FProp(pipe.theta, x), model(x, training=False), 'eval outputs')
+
+
+def test_a_frozen_keras_batch_norm_stays_a_keras_layer_that_only_reads():
+  model = _ConvNet(trainable_norm=False)
+  layers = keras_models.KerasLayers(model, [None, 4, 4, 3])
+  assert layers[1].cls is keras_layer.KerasLayer
+  pipe = gpipe.PipeliningLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2,
+      input_shapes=[[BATCH, 4, 4, 3]]).Instantiate()
+  keras_models.CopyWeightsFromKeras(pipe, model)
+  x = tf.random.stateless_normal([BATCH, 4, 4, 3], [6, 1])
+  _AssertClose(pipe.FProp(pipe.theta, x), model(x, training=True), 'outputs')
+  assert not any('bn/' in v.name for v in pipe.trainable_variables)
+
+
 class _DropoutBlock(keras.layers.Layer):
 
   def __init__(self, **kwargs):
@@ -264,6 +339,17 @@ class _DropoutBlock(keras.layers.Layer):
 
   def call(self, x, training=None):
     return self.drop(self.dense(x), training=training)
+
+
+class _BatchNormBlock(keras.layers.Layer):
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self.dense = keras.layers.Dense(DIM, name='dense')
+    self.bn = keras.layers.BatchNormalization(name='bn')
+
+  def call(self, x, training=None):
+    return self.bn(self.dense(x), training=training)
 
 
 class _Counter(keras.layers.Layer):
@@ -295,10 +381,16 @@ def _Refusals():
       'gaussian_noise': (
           lambda: [keras.layers.GaussianNoise(0.1, name='noise')],
           r"KerasLayer 'noise'.*\(GaussianNoise\) draws random numbers"),
-      'batch_norm': (
-          lambda: [keras.layers.BatchNormalization(name='bn')],
-          r"'bn' \(BatchNormalization\) updates its moving statistics.*"
-          r'normalization.BatchNormLayer'),
+      'batch_norm_inside_a_block': (
+          lambda: [_BatchNormBlock(name='block')],
+          r"'bn' \(BatchNormalization\) updates its moving statistics.*put it in the "
+          r'chain itself.*or freeze it'),
+      'batch_norm_renorm': (
+          lambda: [keras.layers.BatchNormalization(renorm=True, name='bn')],
+          r"Keras BatchNormalization 'bn' sets \['renorm'\].*build it with the defaults"),
+      'batch_norm_on_an_inner_axis': (
+          lambda: [keras.layers.BatchNormalization(axis=1, name='bn')],
+          r"Keras BatchNormalization 'bn' normalizes axis 1.*move the channels last"),
       'stateful_rnn': (
           lambda: [keras.layers.SimpleRNN(4, stateful=True, name='rnn')],
           r"'rnn' \(SimpleRNN\) is stateful.*stateful=False"),
