@@ -19,6 +19,8 @@ from typing import Callable, List, Optional
 
 import tensorflow as tf
 
+from lingvo_pipe.core import custom_gradients
+
 
 def Island(fn: Callable[..., tf.Tensor], *inputs: tf.Tensor) -> tf.Tensor:
   """fn(*inputs), with only `inputs` kept for the backward (see the module
@@ -26,7 +28,7 @@ def Island(fn: Callable[..., tf.Tensor], *inputs: tf.Tensor) -> tf.Tensor:
   Inputs that are not floating point get no gradient."""
   tensors = [tf.convert_to_tensor(x) for x in inputs]
 
-  @tf.custom_gradient
+  @custom_gradients.CustomGradient
   def Kept(*xs: tf.Tensor):
     def Grad(dy: tf.Tensor) -> List[Optional[tf.Tensor]]:
       # Inputs read after dy exists: the recomputation is not the same

@@ -6,6 +6,7 @@ from typing import Any, List
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import custom_gradients
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import precision
@@ -97,7 +98,7 @@ def _Claim(x: tf.Tensor, w: tf.Tensor):
   return (collector, index) if index is not None else (None, None)
 
 
-@tf.custom_gradient
+@custom_gradients.CustomGradient
 def _MatMul(x: tf.Tensor, w: tf.Tensor):
   """x [n, i] @ w [i, o], whose input gradient avoids MatMul(transpose_b);
   its weight gradient x^T dy may be deferred (weight_grad_deferral)."""
@@ -113,7 +114,7 @@ def _MatMul(x: tf.Tensor, w: tf.Tensor):
   return tf.matmul(x, w), Grad
 
 
-@tf.custom_gradient
+@custom_gradients.CustomGradient
 def _MatMulTransposed(x: tf.Tensor, w: tf.Tensor):
   """x [n, i] @ w [o, i] transposed, without MatMul(transpose_b); its
   weight gradient dy^T x may be deferred (weight_grad_deferral)."""

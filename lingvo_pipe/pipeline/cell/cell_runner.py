@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import base_layer
+from lingvo_pipe.core import custom_gradients
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.nested_map import NestedMap
@@ -333,4 +334,4 @@ def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,
     layer_theta = tf.nest.pack_sequence_as(theta, list(args[num_in:]))
     return containers.AsTuple(layer.FProp(layer_theta, *args[:num_in]))
 
-  return tf.recompute_grad(Body)(*inputs, *flat_theta)
+  return custom_gradients.RecomputeGrad(Body)(*inputs, *flat_theta)

@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lingvo_pipe.core import custom_gradients
 from lingvo_pipe.core import precision
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.pipeline.replicas import replica_batches
@@ -36,7 +37,7 @@ def LossOutside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
   `thetas` [replica][cell], each replica's gradient the sum over
   replicas."""
 
-  @tf.custom_gradient
+  @custom_gradients.CustomGradient
   def Pipeline(step_inputs, cell_thetas):
     run, batches = start(cell_thetas, step_inputs)
     last_outputs = run.Forwards()
@@ -64,7 +65,7 @@ def LossInside(start: Start, apply_updates: ApplyUpdates, inputs: tuple,
 
   loss_scale = precision.LossScale()
 
-  @tf.custom_gradient
+  @custom_gradients.CustomGradient
   def Pipeline(step_inputs, cell_thetas):
     run, batches = start(cell_thetas, step_inputs)
     result = run.Run()
