@@ -67,7 +67,10 @@ def _GiveToGraph(op: Any) -> None:
   reference = weakref.ref(function)
 
   def Gradient(unused_op: Any, *output_grads: Any) -> Any:
-    return reference()(unused_op, *output_grads)
+    owned = reference()  # alive: the op that asks holds its graph
+    if owned is None:
+      raise RuntimeError(f'The gradient function {name!r} was freed with its graph.')
+    return owned(unused_op, *output_grads)
 
   Gradient.owned_by_graph = True  # type: ignore[attr-defined]
   entry[registry._TYPE_TAG] = Gradient  # pylint: disable=protected-access

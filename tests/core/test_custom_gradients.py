@@ -9,6 +9,9 @@ import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core import custom_gradients
+from lingvo_pipe.pipeline import gpipe
+
+from tests.pipeline import pipeline_models as models
 
 
 def _Square(decorator):
@@ -82,3 +85,22 @@ def test_a_saved_model_keeps_the_custom_gradient(tmp_path):
     tape.watch(x)
     y = loaded.square(x)
   np.testing.assert_allclose(tape.gradient(y, x).numpy(), [6.0])
+
+
+@pytest.mark.parametrize('remat,loop', [('NONE', 0), ('PER_LAYER', 2)])
+def test_a_pipelines_traced_step_is_freed_with_the_pipeline(remat, loop):
+  """Every custom gradient of a training step (the pipeline's, the cells'
+  recomputation, the projections') lets the step's graph go: a process
+  that builds pipeline after pipeline (the tuner's trials) stays flat."""
+
+  def StepGraph():
+    layers, shape = models.FfnLayers()
+    pipe = models.Pipeline(layers, shape, 2, 4, remat=gpipe.RematPolicy[remat],
+                           loop_min_micro_batches=loop)
+    step = models.TrainStepWithLoss(pipe, 7, 4)
+    step(tf.ones(shape))
+    return weakref.ref(step.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph)
+
+  graph = StepGraph()
+  gc.collect()
+  assert graph() is None
