@@ -230,6 +230,19 @@ def _Pairs(layer: base_layer.BaseLayer,
   return pairs
 
 
+def WeightPairs(layer: base_layer.BaseLayer,
+                model_or_layers: KerasModelOrLayers) -> List[Tuple[tf.Variable, Any]]:
+  """(variable of `layer`, the Keras weight it stands for), in the order of
+  the Keras layers and of each one's `weights`: e.g. to compare gradients
+  with the Keras model's, or to give weights optimizer settings of their own.
+
+  Raises:
+    ValueError: if the layers or their weights' shapes do not match.
+  """
+  return [(var, w) for variables, theirs in _Pairs(layer, model_or_layers)
+          for var, w in zip(variables, theirs.weights)]
+
+
 def CopyWeightsFromKeras(layer: base_layer.BaseLayer,
                          model_or_layers: KerasModelOrLayers) -> None:
   """Assigns the weights of a built Keras model (or list of layers) to the
@@ -241,9 +254,8 @@ def CopyWeightsFromKeras(layer: base_layer.BaseLayer,
   Raises:
     ValueError: if the layers or their weights' shapes do not match.
   """
-  for variables, theirs in _Pairs(layer, model_or_layers):
-    for var, w in zip(variables, theirs.weights):
-      var.assign(tf.convert_to_tensor(w))
+  for var, w in WeightPairs(layer, model_or_layers):
+    var.assign(tf.convert_to_tensor(w))
 
 
 def CopyWeightsToKeras(layer: base_layer.BaseLayer,

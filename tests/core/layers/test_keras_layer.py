@@ -179,7 +179,10 @@ def test_variables_are_the_layer_trees_named_by_keras_paths(tmp_path):
 def test_weights_round_trip_keras_pipeline_keras():
   model = _Model()
   pipe = _Pipeline(model, 2, 2)
-  for ours, theirs in _KerasVariables(pipe, model):
+  pairs = _KerasVariables(pipe, model)
+  assert [(v.name, w.path) for v, w in keras_models.WeightPairs(pipe, model)] == [
+      (v.name, w.path) for v, w in pairs]
+  for ours, theirs in pairs:
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.name)
   x = _Input(2)
   with tf.GradientTape() as tape:  # one SGD step of the pipeline alone

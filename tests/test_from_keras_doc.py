@@ -1,0 +1,37 @@
+"""docs/from_keras.md cannot rot: its Python blocks run, in order, as one
+program in a fresh process (its logical devices must be set before
+TensorFlow starts), and the lines it quotes in text blocks are printed."""
+
+import re
+import subprocess
+
+import pytest
+
+from tests import fresh_process
+
+DOC = fresh_process.ROOT / 'docs' / 'from_keras.md'
+_BLOCK = re.compile(r'^```(\w+)\n(.*?)^```', re.MULTILINE | re.DOTALL)
+
+
+@pytest.fixture(scope='module')
+def run() -> subprocess.CompletedProcess:
+  blocks = _BLOCK.findall(DOC.read_text())
+  program = '\n\n'.join(code for language, code in blocks if language == 'python')
+  return fresh_process.RunPython('-c', program, timeout_s=900)
+
+
+def test_the_pipelined_keras_models_equal_keras_and_train(run):
+  lines = run.stdout.splitlines()
+  assert 'pipelined == Keras: eval outputs' in lines, run.stdout
+  (loss_line,) = [line for line in lines if line.startswith('loss: first 10 steps')]
+  first, last = (float(v) for v in re.findall(r'\d+\.\d+', loss_line))
+  assert last < 0.75 * first, loss_line  # it learns (ln 2 = 0.69 at chance)
+  (accuracy_line,) = [line for line in lines if line.startswith('Keras accuracy')]
+  assert float(accuracy_line.split()[-1]) >= 0.85, accuracy_line
+
+
+def test_the_lines_it_quotes_are_printed(run):
+  quotes = [code for language, code in _BLOCK.findall(DOC.read_text()) if language == 'text']
+  assert len(quotes) == 2
+  for quote in quotes:
+    assert quote.strip() in run.stdout.splitlines(), f'{quote}\nnot in:\n{run.stdout}'
