@@ -326,12 +326,17 @@ def _NamedFunction(method, name: str, jit_compile: bool = False):
 
 def _RecomputedLayer(layer: base_layer.BaseLayer, theta: NestedMap,
                      inputs: tuple) -> tuple:
-  """Applies one layer so that only its inputs are kept for the backward."""
-  flat_theta = tf.nest.flatten(theta)
-  num_in = len(inputs)
+  """Applies one layer so that only its inputs are kept for the backward.
+  Only the floating-point tensors pass through the recomputation; the
+  others (the step seed, ids) have no gradient and are closed over."""
+  flat = tf.nest.flatten((inputs, theta))
+  floating = [i for i, x in enumerate(flat) if IsDifferentiable(x)]
 
   def Body(*args):
-    layer_theta = tf.nest.pack_sequence_as(theta, list(args[num_in:]))
-    return containers.AsTuple(layer.FProp(layer_theta, *args[:num_in]))
+    full = list(flat)
+    for i, x in zip(floating, args):
+      full[i] = x
+    layer_inputs, layer_theta = tf.nest.pack_sequence_as((inputs, theta), full)
+    return containers.AsTuple(layer.FProp(layer_theta, *layer_inputs))
 
-  return custom_gradients.RecomputeGrad(Body)(*inputs, *flat_theta)
+  return custom_gradients.RecomputeGrad(Body)(*[flat[i] for i in floating])
