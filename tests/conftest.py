@@ -1,5 +1,7 @@
-"""Gives every test 8 logical CPU devices (set before TensorFlow initializes)."""
+"""Gives every test 8 logical CPU devices (set before TensorFlow initializes),
+and keeps what the imports made out of later garbage collections."""
 
+import gc
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -19,3 +21,13 @@ def _ConfigureDevices() -> None:
 
 
 _ConfigureDevices()
+
+
+def pytest_collection_finish(session) -> None:
+  """What TensorFlow and the test modules made on import lives as long as
+  the worker: frozen, it is no longer traversed by each full garbage
+  collection (about 390,000 objects, of 600,000 to 1,400,000 a worker
+  holds), which the suite's traces set off some 130 times a run."""
+  del session
+  gc.collect()
+  gc.freeze()
