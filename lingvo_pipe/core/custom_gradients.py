@@ -39,6 +39,8 @@ def RecomputeGrad(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _OwnedByGraph(decorated: Callable[..., Any]) -> Callable[..., Any]:
+  """`decorated`, whose outputs' custom-gradient ops give their gradient
+  functions to their graph."""
 
   @functools.wraps(decorated)
   def Call(*args: Any) -> Any:
@@ -60,7 +62,8 @@ def _GiveToGraph(op: Any) -> None:
   except ValueError:  # not a custom-gradient op
     return
   entry = ops.gradient_registry._registry.get(name)  # pylint: disable=protected-access
-  function = None if entry is None else entry[registry._TYPE_TAG]  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  function = None if entry is None else entry[registry._TYPE_TAG]
   if function is None or getattr(function, 'owned_by_graph', False):
     return
   op.graph.add_to_collection(_OWNED, function)
