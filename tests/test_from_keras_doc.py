@@ -7,16 +7,15 @@ import subprocess
 
 import pytest
 
+from tests import doc_blocks
 from tests import fresh_process
 
 DOC = fresh_process.ROOT / 'docs' / 'from_keras.md'
-_BLOCK = re.compile(r'^```(\w+)\n(.*?)^```', re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture(scope='module')
 def run() -> subprocess.CompletedProcess:
-  blocks = _BLOCK.findall(DOC.read_text())
-  program = '\n\n'.join(code for language, code in blocks if language == 'python')
+  program = '\n\n'.join(doc_blocks.Code(DOC.read_text(), 'python'))
   return fresh_process.RunPython('-c', program, timeout_s=900)
 
 
@@ -31,7 +30,7 @@ def test_the_pipelined_keras_models_equal_keras_and_train(run):
 
 
 def test_the_lines_it_quotes_are_printed(run):
-  quotes = [code for language, code in _BLOCK.findall(DOC.read_text()) if language == 'text']
+  quotes = doc_blocks.Code(DOC.read_text(), 'text')
   assert len(quotes) == 2
   for quote in quotes:
     assert quote.strip() in run.stdout.splitlines(), f'{quote}\nnot in:\n{run.stdout}'

@@ -3,16 +3,14 @@ program in a fresh process (its logical devices must be set before
 TensorFlow starts), and the messages it quotes in text blocks are the
 library's own, made by the mistakes the page describes."""
 
-import re
 import subprocess
-from typing import List, Tuple
 
 import pytest
 
+from tests import doc_blocks
 from tests import fresh_process
 
 DOC = fresh_process.ROOT / 'docs' / 'your_layer.md'
-_BLOCK = re.compile(r'^```(\w+)\n(.*?)^```', re.MULTILINE | re.DOTALL)
 
 # Run after the page's program, with its names: each mistake the page
 # quotes, and what the library says of it.
@@ -57,18 +55,13 @@ for mistake in (SelfW, BatchNormNotForwarded, NoFPropMeta):
 '''
 
 
-def _Blocks() -> List[Tuple[str, str]]:
-  """(language, code) of the page's fenced blocks, in order."""
-  return _BLOCK.findall(DOC.read_text())
-
-
 def _Words(text: str) -> str:
   return ' '.join(text.split())
 
 
 @pytest.fixture(scope='module')
 def run() -> subprocess.CompletedProcess:
-  program = '\n\n'.join(code for language, code in _Blocks() if language == 'python')
+  program = '\n\n'.join(doc_blocks.Code(DOC.read_text(), 'python'))
   return fresh_process.RunPython('-c', program + _MISTAKES, timeout_s=900)
 
 
@@ -80,7 +73,7 @@ def test_the_example_pipelines_the_layers_and_equals_them_unpipelined(run):
 
 
 def test_the_messages_it_quotes_are_the_librarys(run):
-  quotes = [code for language, code in _Blocks() if language == 'text']
+  quotes = doc_blocks.Code(DOC.read_text(), 'text')
   assert len(quotes) == 3
   said = _Words(run.stdout)
   for quote in quotes:

@@ -6,12 +6,12 @@ process (RunTrainerInProcess: no TensorFlow import of its own)."""
 import contextlib
 import os
 import pathlib
-import re
 import subprocess
 import sys
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from lingvo_pipe import model_registry
+from tests import doc_blocks
 from tests import fresh_process
 from tests.trainer import in_process
 
@@ -20,7 +20,6 @@ MODULE = 'my_exps'
 KEY = 'my_exps.MlpGPipe'
 # Code blocks before this heading make the module; those after it are run.
 RUN_HEADING = '## 5. Run it'
-_BLOCK = re.compile(r'^```(\w+)\n(.*?)^```', re.MULTILINE | re.DOTALL)
 TRAINER = pathlib.Path(sys.executable).parent / 'lingvo_pipe_trainer'
 
 
@@ -28,8 +27,8 @@ def Blocks() -> Tuple[str, List[Tuple[str, str]]]:
   """(the module's source, [(language, code)] of the blocks to run)."""
   text = DOC.read_text()
   cut = text.index(RUN_HEADING)
-  module = [code for _, code in _BLOCK.findall(text[:cut])]
-  return '\n\n'.join(module), _BLOCK.findall(text[cut:])
+  module = [code for _, code in doc_blocks.Blocks(text[:cut])]
+  return '\n\n'.join(module), doc_blocks.Blocks(text[cut:])
 
 
 def WriteModule(directory: pathlib.Path) -> pathlib.Path:
