@@ -31,6 +31,6 @@ def test_the_pipelined_keras_models_equal_keras_and_train(run):
 
 def test_the_lines_it_quotes_are_printed(run):
   quotes = doc_blocks.Code(DOC.read_text(), 'text')
-  assert len(quotes) == 2
+  assert len(quotes) == 3
   for quote in quotes:
     assert quote.strip() in run.stdout.splitlines(), f'{quote}\nnot in:\n{run.stdout}'

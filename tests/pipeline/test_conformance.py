@@ -23,26 +23,12 @@ from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.nested_map import NestedMap
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.pipeline import gpipe
-from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 from lingvo_pipe.pipeline.step.loop import loop_executor
 
 from tests import bfloat16_transparency
 from tests import transparency
+from tests.pipeline.conformance_cases import BATCH, EMISSIONS, REMATS, SCHEDULES
 from tests.pipeline import pipeline_models as models
-
-BATCH = 24
-# name -> (pipeline params, cells, M, loss inside)
-SCHEDULES = {
-    'fill_drain': (dict(schedule=ScheduleKind.GPIPE), 2, 3, True),
-    'fill_drain_fprop': (dict(schedule=ScheduleKind.GPIPE), 2, 3, False),
-    'one_f_one_b': (dict(schedule=ScheduleKind.ONE_F_ONE_B), 3, 4, True),
-    'interleaved': (dict(schedule=ScheduleKind.INTERLEAVED, cells_per_device=2), 4, 4, True),
-    'zb_h1': (dict(schedule=ScheduleKind.ZB_H1), 3, 4, True),
-    'zb_h2': (dict(schedule=ScheduleKind.ZB_H2), 2, 3, True),
-    'zb_v': (dict(schedule=ScheduleKind.ZB_V), 4, 3, True),
-}
-EMISSIONS = {'unrolled': 0, 'loop': 2}
-REMATS = (gpipe.RematPolicy.NONE, gpipe.RematPolicy.PER_CELL)
 
 
 def _Pipeline(name, emission, remat, replicas, layers, shape, **kwargs):

@@ -18,7 +18,7 @@ PipeliningLayer's layers and moves weights between the two.
 
 import inspect
 import math
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -63,6 +63,13 @@ class KerasLayer(base_layer.BaseLayer):
              'weights are named by how many layers the process made). Called '
              'by the constructor and by FPropMeta. Params text holds a Keras '
              'layer class whose arguments all have defaults, not a function.')
+    p.Define('model_layer', None, 'With it, factory is a Keras model class '
+             '(built by its constructor, which takes no arguments, e.g. a '
+             'keras.Sequential subclass starting with keras.Input) and the '
+             "Keras layer is that model's layer of this name; the model is made "
+             'once per process (SharedModel) for every KerasLayer naming the '
+             'class. Params text holds it, so an experiment can (KerasLayers '
+             'of the class).')
     p.Define('input_shapes', None, 'Shapes of the inputs (batch dim None '
              'allowed), e.g. [[None, 16]], to build the Keras layer with if '
              'the factory returns it unbuilt.')
@@ -162,8 +169,9 @@ class KerasLayer(base_layer.BaseLayer):
         act_bytes=layer_meta.Bytes(out_shapes, dtype))
 
 
-def BuiltKerasLayer(params: hyperparams.Params) -> Any:
-  """The Keras layer of KerasLayer params, checked and built.
+def BuiltKerasLayer(params: hyperparams.Params, layer: Optional[Any] = None) -> Any:
+  """The Keras layer of KerasLayer params (or `layer`, to check in its
+  place), checked and built.
 
   Raises:
     TypeError: if the factory is missing or returns no Keras layer.
@@ -182,7 +190,9 @@ def BuiltKerasLayer(params: hyperparams.Params) -> Any:
           f'KerasLayer {name!r}: {key}={tf.as_dtype(value).name} (set on it or '
           'inherited from a layer around it); Keras layers run in float32 only for '
           f'now: leave {key} unset on the layers around Keras layers.')
-  layer = params.factory()
+  if layer is None:
+    layer = (_ModelLayer(params.factory, params.model_layer, name) if params.model_layer
+             else params.factory())
   if not isinstance(layer, keras.layers.Layer):
     raise TypeError(f'KerasLayer {name!r}: p.factory returned {type(layer).__name__}, '
                     'not a Keras layer.')
@@ -198,6 +208,48 @@ def BuiltKerasLayer(params: hyperparams.Params) -> Any:
       _CheckSupported(sub, name)
   _CheckWeights(layer, name)
   return layer
+
+
+_SHARED_MODELS: Dict[type, Any] = {}
+
+
+def SharedModel(model_class: type) -> Any:
+  """The process's one instance of a Keras model class (NewModel), made on
+  first use: the model every KerasLayer with that class as factory (and
+  model_layer set) calls a layer of, and the one to copy weights from or
+  into."""
+  if model_class not in _SHARED_MODELS:
+    _SHARED_MODELS[model_class] = NewModel(model_class)
+  return _SHARED_MODELS[model_class]
+
+
+def NewModel(model_class: type) -> Any:
+  """A new instance of a Keras model class, checked.
+
+  Raises:
+    TypeError: if model_class is not a keras.Model subclass.
+    KerasLayerError: if its instance is not built.
+  """
+  if not (isinstance(model_class, type) and issubclass(model_class, keras.Model)):
+    raise TypeError(f'{model_class!r} is not a Keras model class; a KerasLayer with '
+                    'model_layer set takes the class of a keras.Model as factory.')
+  model = model_class()
+  if not model.built:
+    raise KerasLayerError(f'Keras model class {model_class.__name__} makes an unbuilt '
+                          'model; build it in its constructor (start a Sequential '
+                          'with keras.Input(shape)) so its layers have weights.')
+  return model
+
+
+def _ModelLayer(model_class: type, layer_name: str, name: str) -> Any:
+  """The layer named layer_name of the model class's shared instance."""
+  model = SharedModel(model_class)
+  names = [l.name for l in model.layers]
+  if layer_name not in names:
+    raise KerasLayerError(f'KerasLayer {name!r}: Keras model {model.name!r} '
+                          f'({model_class.__name__}) has no layer {layer_name!r}; its '
+                          f'layers: {names}.')
+  return model.get_layer(layer_name)
 
 
 def _CheckInputSpec(layer: Any, shapes: Sequence[tf.TensorShape]) -> None:

@@ -1,7 +1,8 @@
 """A Keras model as a PipeliningLayer's layers, and its weights both ways.
 
 `KerasLayers` turns a Keras model that is a chain (a Sequential, a
-functional model of one path, or a list of layers) into the layers of a
+functional model of one path, a list of layers, or the class of such a
+model, which params text and so experiments hold) into the layers of a
 PipeliningLayer: a KerasLayer each; among them a Keras Dropout becomes the
 project's DropoutLayer and a Keras BatchNormalization its BatchNormLayer
 (whose moving statistics the pipeline updates once per step, from the
@@ -21,6 +22,8 @@ from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers.keras_layer import BuiltKerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayerError
+from lingvo_pipe.core.layers.keras_layer import NewModel
+from lingvo_pipe.core.layers.keras_layer import SharedModel
 
 keras = tf.keras
 
@@ -46,7 +49,11 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
   Args:
     model_or_layers: a keras.Sequential, a functional keras.Model whose
       layers form a chain (one input, each layer feeding the next, one
-      output), or a list of Keras layers applied in order.
+      output), a list of Keras layers applied in order, or the class of
+      such a model (built by its constructor, taking no arguments): then the
+      layers are its SharedModel's and each KerasLayer's params name the
+      class and the layer (model_layer), which params text holds, so an
+      experiment can.
     input_shape: the shape of the chain's input, batch included (None
       allowed), e.g. [None, 16]; unbuilt layers are built with it.
 
@@ -54,14 +61,28 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
     Params for PipeliningLayer.Params().Set(layers=...).
 
   Raises:
-    TypeError: for anything but a Sequential, a functional model or a list
-      of Keras layers.
+    TypeError: for anything but a Sequential, a functional model, a list
+      of Keras layers or a Keras model class.
     KerasLayerError: if the model is not a chain, or for a layer a
       KerasLayer refuses.
   """
+  if isinstance(model_or_layers, type):
+    # An instance of its own, in a graph of its own: experiments make their
+    # params before the trainer sets up the devices, which a variable made
+    # eagerly would fix at one.
+    with tf.Graph().as_default():
+      return _LayerParams(_Chain(NewModel(model_or_layers)), input_shape,
+                          model_class=model_or_layers)
+  return _LayerParams(_Chain(model_or_layers), input_shape, model_class=None)
+
+
+def _LayerParams(chain: List[Any], input_shape: Sequence[Optional[int]],
+                 model_class: Optional[type]) -> List[hyperparams.Params]:
+  """KerasLayers of the layers of a chain; with model_class, KerasLayers
+  that name the class and their layer instead of holding the layer."""
   shapes = [tf.TensorShape(input_shape)]
   out = []
-  for layer in _Chain(model_or_layers):
+  for layer in chain:
     name = _LayerName(layer)
     if isinstance(layer, keras.layers.Dropout):
       if len(shapes) != 1:
@@ -72,9 +93,12 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
     if _UpdatesStatistics(layer):
       out.append(_BatchNormParams(layer, name, shapes))
       continue
-    p = KerasLayer.Params().Set(name=name, factory=_Returning(layer),
-                                input_shapes=[s.as_list() for s in shapes])
-    BuiltKerasLayer(p)  # refuses what it must, naming the layer, then builds
+    p = KerasLayer.Params().Set(name=name, input_shapes=[s.as_list() for s in shapes])
+    if model_class is None:
+      p.Set(factory=_Returning(layer))
+    else:
+      p.Set(factory=model_class, model_layer=layer.name)
+    BuiltKerasLayer(p, layer)  # refuses what it must, naming the layer, then builds
     spec = layer.compute_output_spec(*[keras.KerasTensor(tuple(s.as_list()))
                                        for s in shapes])
     specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
@@ -86,6 +110,8 @@ def KerasLayers(model_or_layers: KerasModelOrLayers,
 def _Chain(model_or_layers: KerasModelOrLayers) -> List[Any]:
   """The Keras layers of a Sequential, a chain-shaped functional model or a
   list, in the order they apply."""
+  if isinstance(model_or_layers, type):
+    return _Chain(SharedModel(model_or_layers))
   if isinstance(model_or_layers, (list, tuple)):
     layers = list(model_or_layers)
     bad = [type(l).__name__ for l in layers if not isinstance(l, keras.layers.Layer)]

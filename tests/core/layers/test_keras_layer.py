@@ -22,35 +22,11 @@ from lingvo_pipe.core.layers.keras_layer import KerasLayerError
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
+from tests.core.layers.keras_examples import AttentionBlock, ChainModel, DIM, TIME
+
 keras = tf.keras
-BATCH, TIME, DIM = 8, 3, 8
+BATCH = 8
 RTOL, ATOL = 1e-5, 1e-6
-
-
-class AttentionBlock(keras.layers.Layer):
-  """x -> norm(x + self-attention(x)), its sublayers named (stable paths)."""
-
-  def __init__(self, **kwargs):
-    super().__init__(**kwargs)
-    self.mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, name='mha')
-    self.norm = keras.layers.LayerNormalization(name='norm')
-
-  def call(self, x):
-    return self.norm(x + self.mha(x, x))
-
-
-def _Model() -> keras.Sequential:
-  """Six layers (one without weights), so that K=4 has a layer per cell;
-  named, since Keras numbers unnamed layers by how many the process made."""
-  return keras.Sequential([
-      keras.Input((TIME, DIM)),
-      keras.layers.Dense(16, activation='relu', name='dense'),
-      keras.layers.LayerNormalization(name='norm'),
-      keras.layers.Dense(DIM, name='dense_1'),
-      AttentionBlock(name='block'),
-      keras.layers.Activation('gelu', name='gelu'),
-      keras.layers.Dense(4, activation='tanh', name='dense_2'),
-  ])
 
 
 def _Pipeline(model, k: int, m: int, **kwargs) -> gpipe.PipeliningLayer:
@@ -106,7 +82,7 @@ def _Grid():
 
 @pytest.mark.parametrize('k,m,sched,remat', _Grid())
 def test_pipelined_keras_model_equals_the_keras_model(k, m, sched, remat):
-  model = _Model()
+  model = ChainModel()
   schedule = ScheduleKind.ONE_F_ONE_B if sched == '1f1b' else ScheduleKind.GPIPE
   pipe = _Pipeline(model, k, m, schedule=schedule, remat=gpipe.RematPolicy[remat])
   assert len(pipe.CellLayerIndices()) == k
@@ -163,7 +139,7 @@ def test_in_a_graph_with_one_loop_per_device():
 
 
 def test_variables_are_the_layer_trees_named_by_keras_paths(tmp_path):
-  model = _Model()
+  model = ChainModel()
   pipe = _Pipeline(model, 2, 1)
   names = {v.name for v in pipe.variables}
   assert {'pipe/dense/kernel:0', 'pipe/norm/gamma:0', 'pipe/block/mha__query__kernel:0',
@@ -177,7 +153,7 @@ def test_variables_are_the_layer_trees_named_by_keras_paths(tmp_path):
 
 
 def test_weights_round_trip_keras_pipeline_keras():
-  model = _Model()
+  model = ChainModel()
   pipe = _Pipeline(model, 2, 2)
   pairs = _KerasVariables(pipe, model)
   assert [(v.name, w.path) for v, w in keras_models.WeightPairs(pipe, model)] == [
@@ -216,8 +192,44 @@ def test_a_keras_layer_class_as_factory_survives_params_text():
   assert a.keras_layer is not b.keras_layer
 
 
+def test_a_keras_model_class_is_a_factory_params_text_holds():
+  """KerasLayers of a model class name the class and each layer; the
+  params survive text, and the pipeline computes the class's SharedModel."""
+  layers = keras_models.KerasLayers(ChainModel, [None, TIME, DIM])
+  assert [(p.factory, p.model_layer) for p in layers[:2]] == [
+      (ChainModel, 'dense'), (ChainModel, 'norm')]
+  p = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, num_partitions=2,
+                                         input_shapes=[[BATCH, TIME, DIM]])
+  assert p.cls.Params().FromText(p.ToText()) == p
+  pipe = p.Instantiate()
+  shared = keras_layer.SharedModel(ChainModel)
+  assert shared is keras_layer.SharedModel(ChainModel)
+  assert pipe.layers[0].keras_layer is shared.get_layer('dense')
+  keras_models.CopyWeightsFromKeras(pipe, ChainModel)
+  x = _Input(4)
+  _AssertClose(pipe.FProp(pipe.theta, x), shared(x), 'outputs')
+
+
+class _Unbuilt(keras.Sequential):
+
+  def __init__(self):
+    super().__init__([keras.layers.Dense(4, name='dense')])
+
+
+def test_refuses_model_classes_it_cannot_take_naming_them():
+  with pytest.raises(KerasLayerError, match=r'_Unbuilt makes an unbuilt model.*keras.Input'):
+    keras_models.KerasLayers(_Unbuilt, [None, DIM])
+  missing = keras_layer.KerasLayer.Params().Set(name='x', factory=ChainModel,
+                                                model_layer='dense_9')
+  with pytest.raises(KerasLayerError, match=r"KerasLayer 'x'.*no layer 'dense_9'.*'dense_1'"):
+    missing.Instantiate()
+  not_a_model = missing.Copy().Set(factory=keras.layers.Dense)
+  with pytest.raises(TypeError, match=r'Dense.*is not a Keras model class'):
+    not_a_model.Instantiate()
+
+
 def test_fprop_meta_from_keras_shapes_and_weights():
-  model = _Model()
+  model = ChainModel()
   layers = keras_models.KerasLayers(model, [None, TIME, DIM])
   dense = layers[0]
   meta = dense.cls.FPropMeta(dense, tf.TensorShape([BATCH, TIME, DIM]))
