@@ -29,6 +29,12 @@ def test_the_pipelined_keras_models_equal_keras_and_train(run):
   assert float(accuracy_line.split()[-1]) >= 0.85, accuracy_line
 
 
+def test_keras_fit_trains_the_pipeline_and_saves_a_keras_model(run):
+  (fit_line,) = [line for line in run.stdout.splitlines() if line.startswith('Keras fit:')]
+  val_accuracy, saved_accuracy = (float(v) for v in re.findall(r'\d+\.\d+', fit_line))
+  assert val_accuracy >= 0.85 and saved_accuracy == val_accuracy, fit_line
+
+
 def test_the_lines_it_quotes_are_printed(run):
   quotes = doc_blocks.Code(DOC.read_text(), 'text')
   assert len(quotes) == 3
