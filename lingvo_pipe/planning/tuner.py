@@ -14,9 +14,10 @@ from measured costs and confirmed by running it.
    schedule on one device) count once, as the first of the space's.
 3. Calibrate: a few fitting candidates run whole training steps (a
    `trial`: planning/trial.py's, or the trainer's): the unpipelined step
-   at each M (how much faster the layers run together than alone) and
-   fill-drain on each number of devices (how much they gain by running at
-   once: on logical CPU devices they share the cores); Search again.
+   at each M (how much faster the layers run together than alone) and a
+   step on each number of devices (how much they gain by running at once:
+   on logical CPU devices they share the cores), 1F1B where it fits, else
+   fill-drain; Search again.
 4. Verify: the `verify` fastest fitting candidates run too; the pick is
    the fastest measured. Its override can be pasted back as is.
 """
@@ -209,14 +210,23 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
 Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
 
 
+# The schedules a calibration step may run, preferred first: 1F1B keeps
+# one micro-batch's activations at a time where fill-drain keeps all M, whose
+# memory traffic the layers timed alone do not have (on the transformer
+# workload at M=4 an unpipelined fill-drain step took 0.78 s, most other M=4
+# steps 0.53 to 0.76 s: calibrated on it, M=4 predictions were 30-47% high).
+_PROBE_SCHEDULES = (Kind.ONE_F_ONE_B, Kind.GPIPE)
+
+
 def _Probe(rows: Sequence[Row], devices: int, micro: int) -> Optional[Row]:
-  """The fitting fill-drain row of `devices` x1 cells at M=`micro`, the
-  least recomputing one, if any."""
-  found = [r for r in rows if r.fits and r.candidate.schedule_kind == Kind.GPIPE and
+  """The fitting row of `devices` x1 cells at M=`micro` to calibrate on:
+  1F1B if one fits, else fill-drain; the least recomputing one."""
+  found = [r for r in rows if r.fits and r.candidate.schedule_kind in _PROBE_SCHEDULES and
            r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
            r.candidate.num_micro_batches == micro]
   order = list(RematPolicy)
-  return min(found, key=lambda r: order.index(r.candidate.remat), default=None)
+  return min(found, key=lambda r: (_PROBE_SCHEDULES.index(r.candidate.schedule_kind),
+                                   order.index(r.candidate.remat)), default=None)
 
 
 def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequence[Row],
@@ -224,12 +234,12 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
   """`measured` calibrated by whole steps, each a fitting row of `rows`
   (Search's, uncalibrated) run by `trial`, its measured figures kept in
   the row:
-  - per M, the unpipelined step (one device, fill-drain): `scale` is its
+  - per M, the unpipelined step (one device, _Probe's schedule): `scale` is its
     measured seconds over the prediction from the layers timed alone (less
     the overheads); they differ because a whole step overlaps its
     independent ops, which layers timed alone cannot. An M without a
     fitting one takes the nearest M's factor.
-  - per device count K > 1, fill-drain at the largest M: the concurrency
+  - per device count K > 1, _Probe's step at the largest M: the concurrency
     that makes the prediction's shared bound its measured seconds, within
     [1, K] (K where the simulated step alone explains them).
   """

@@ -151,9 +151,9 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   unpipelined = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
   rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1)
-  # Calibration ran fill-drain on two devices (one device does not fit);
+  # Calibration ran 1F1B on two devices (one device does not fit);
   # verification the two fastest predicted, if that was not one of them.
-  assert ran[0].num_devices == 2 and ran[0].schedule_kind == ScheduleKind.GPIPE
+  assert ran[0].num_devices == 2 and ran[0].schedule_kind == ScheduleKind.ONE_F_ONE_B
   verified = [r for r in rows if r.measured_s is not None]
   assert {r.candidate for r in verified} == set(ran) and len(ran) in (2, 3)
   assert all(r.fits for r in verified) and {r.candidate for r in rows[:2]} <= set(ran)
