@@ -45,8 +45,8 @@ class KerasConvNet(tf.keras.Sequential):
 @model_registry.RegisterExperiment
 class KerasConvNetCifar(base_experiment.BaseExperiment):
   """KerasConvNet on 2 cells with 4 micro-batches, 1F1B, on generated
-  CIFAR-format images (set train/dev.file_pattern to CIFAR-10 binary
-  files and IMAGE_SIZE to 32 for the real ones)."""
+  16x16 images of CifarInput (CIFAR-10's own files, train/dev.file_pattern,
+  hold 32x32 images: a model for them starts with keras.Input((32, 32, 3)))."""
 
   BATCH_SIZE = 32
 
