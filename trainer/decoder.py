@@ -37,7 +37,7 @@ def CheckCanDecode(params: hyperparams.Params, model: str) -> None:
     raise NoDecoderError(
         f'Experiment {model!r} has no decoder: its task {task_cls.__name__} does '
         'not implement lingvo_pipe.tasks.decoding.DecodingTask; decode and '
-        'export work for the lm and mt experiments.')
+        'export work for the lm, mt and image experiments.')
 
 
 class DecodeStopped(Exception):

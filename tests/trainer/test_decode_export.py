@@ -21,6 +21,7 @@ from trainer import loop
 
 from tests.trainer import in_process
 from tests.trainer import summaries
+from tests.trainer import your_experiment
 
 MT = 'mt.ReverseBytesGPipe'
 TINY_LM = 'lm.StdlibBytesTiny'
@@ -151,21 +152,34 @@ def test_longer_mt_training_reaches_a_high_unsmoothed_bleu(tmp_path):
 
 
 # make test runs the first two; the other two are the same checks on other
-# (model, mode) pairs.
+# (model, mode) pairs. USER is the walk-through's experiment (your_experiment.md)
+# with a task that does not implement DecodingTask.
+USER = your_experiment.KEY
+
+
 @pytest.mark.parametrize('model,mode,message', [
     (MT, 'decode', 'No checkpoint in'),
-    ('image.AmoebaNetDCifarGPipe', 'export', 'has no decoder'),
+    (USER, 'export', 'has no decoder'),
     pytest.param(MT, 'export', 'No checkpoint in', marks=pytest.mark.slow),
-    pytest.param('image.AmoebaNetDCifarGPipe', 'decode', 'has no decoder',
-                 marks=pytest.mark.slow),
+    pytest.param(USER, 'decode', 'has no decoder', marks=pytest.mark.slow),
 ])
 def test_decode_and_export_errors_are_one_line(model, mode, message, tmp_path):
-  result = _Run('--model=' + model, '--mode=' + mode, f'--logdir={tmp_path}', check=False)
+  logdir = tmp_path / 'run'
+  flags = ('--model=' + model, '--mode=' + mode, f'--logdir={logdir}')
+  if model == USER:
+    module = your_experiment.WriteModule(tmp_path)
+    task = 'class MlpClassifierTask(base_layer.BaseLayer, decoding.DecodingTask):'
+    assert task in module.read_text()
+    module.write_text(module.read_text().replace(
+        task, task.replace(', decoding.DecodingTask', '')))
+    result = your_experiment.RunTrainerInProcess(tmp_path, *flags, check=False)
+  else:
+    result = _Run(*flags, check=False)
   assert result.returncode == 2
   assert 'Traceback' not in result.stderr
   lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and message in lines[0], result.stderr
-  assert os.listdir(tmp_path) == []  # nothing written
+  assert not logdir.exists()  # nothing written
 
 
 @pytest.mark.parametrize('loop_min_micro_batches', [0, 2])
