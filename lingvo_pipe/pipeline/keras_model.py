@@ -60,7 +60,7 @@ class PipelinedKerasModel(tf.keras.Model):
     self.__dict__['keras_model'] = model
     self.__dict__['batch_size'] = int(batch_shape[0])
     keras_models.CopyWeightsFromKeras(pipe, model)
-    self._SynchronizeCopies()
+    replica_variables.SetCopiesToOriginals(pipe)
     self.built = True
 
   @property
@@ -137,10 +137,12 @@ class PipelinedKerasModel(tf.keras.Model):
     if sample_weight is not None:
       raise ValueError(_NO_SAMPLE_WEIGHTS)
     self._CheckBatch(x)
-    share = 1.0 / self.pipeline.params.num_micro_batches / self.pipeline.params.num_replicas
 
     def MicroLoss(outputs, labels):
-      return self.compute_loss(y=labels, y_pred=outputs) * share
+      # The micro-batch's mean, weighted by its share of the batch: the
+      # terms sum to the batch's mean (whether M or micro_batch_size is set).
+      rows = tf.cast(tf.shape(tf.nest.flatten(labels)[0])[0], tf.float32)
+      return self.compute_loss(y=labels, y_pred=outputs) * rows / self.batch_size
 
     step = tf.cast(self.optimizer.iterations, tf.int64)
     theta = step_seeds.WithStepSeed(self.pipeline.theta, tf.stack([step, 0]))
@@ -173,7 +175,7 @@ class PipelinedKerasModel(tf.keras.Model):
                        f'{len(pairs)} weights.')
     for (var, _), value in zip(pairs, weights):
       var.assign(value)
-    self._SynchronizeCopies()
+    replica_variables.SetCopiesToOriginals(self.pipeline)
 
   def save(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
     """Writes the trained weights into the Keras model and saves it."""
@@ -231,8 +233,3 @@ class PipelinedKerasModel(tf.keras.Model):
       optimizer.build(self.trainable_weights)
     finally:
       del optimizer.add_variable_from_reference
-
-  def _SynchronizeCopies(self) -> None:
-    for original, copies in replica_variables.CopiesIn(self.pipeline):
-      for copy in copies:
-        copy.assign(original)

@@ -49,9 +49,7 @@ def _KerasPipeline(model, name, emission, remat, replicas):
       loop_min_micro_batches=EMISSIONS[emission], input_shapes=[[BATCH, TIME, DIM]],
       **params).Instantiate()
   keras_models.CopyWeightsFromKeras(pipe, model)
-  for original, copies in replica_variables.CopiesIn(pipe):
-    for copy in copies:
-      copy.assign(original)
+  replica_variables.SetCopiesToOriginals(pipe)
   return pipe
 
 

@@ -53,10 +53,11 @@ def _Close(actual, expected, what):
 @pytest.mark.parametrize('pipeline', [
     dict(num_partitions=2, num_micro_batches=4, schedule=ScheduleKind.ONE_F_ONE_B),
     dict(num_partitions=2, num_micro_batches=2, num_replicas=2, schedule=ScheduleKind.ZB_H1),
+    dict(num_partitions=2, micro_batch_size=4, schedule=ScheduleKind.ONE_F_ONE_B),
     pytest.param(dict(num_partitions=4, num_micro_batches=4, schedule=ScheduleKind.GPIPE,
                       loop_min_micro_batches=2), marks=pytest.mark.slow),
     pytest.param(dict(num_partitions=1, num_micro_batches=1), marks=pytest.mark.slow),
-], ids=['K2-M4-1F1B', 'K2-M2-R2-ZB_H1', 'K4-M4-GPIPE-loop', 'K1-M1'])
+], ids=['K2-M4-1F1B', 'K2-M2-R2-ZB_H1', 'K2-micro_batch_size4-1F1B', 'K4-M4-GPIPE-loop', 'K1-M1'])
 def test_fit_evaluate_and_predict_equal_the_keras_models(pipeline):
   theirs, piped = _Pair(**pipeline)
   x, y = _Data()

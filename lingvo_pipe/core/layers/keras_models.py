@@ -275,7 +275,8 @@ def CopyWeightsFromKeras(layer: base_layer.BaseLayer,
   KerasLayers of `layer` (e.g. a PipeliningLayer made by KerasLayers), the
   i-th KerasLayer (or BatchNormLayer) met by layer.Walk() from the i-th
   Keras layer (Dropout aside). With num_replicas > 1 the trainer sets the replicas' copies
-  from these before training; a loop of one's own must do so itself.
+  from these before training; a loop of one's own calls
+  replica_variables.SetCopiesToOriginals.
 
   Raises:
     ValueError: if the layers or their weights' shapes do not match.

@@ -76,6 +76,15 @@ def CopiesIn(model: base_layer.BaseLayer) -> List[Tuple[tf.Variable, List[tf.Var
           for pair in copies.pairs]
 
 
+def SetCopiesToOriginals(model: base_layer.BaseLayer) -> None:
+  """Assigns every replica copy in `model` its original's value: after the
+  originals were set by other means than the optimizer (weights copied in,
+  set_weights). The trainer's optimizers.SynchronizeCopies also sets slots."""
+  for original, copies in CopiesIn(model):
+    for copy in copies:
+      copy.assign(original)
+
+
 def TrainedVariables(model: base_layer.BaseLayer) -> List[tf.Variable]:
   """What an optimizer trains: `model`'s trainable variables, then every
   replica copy. Take the gradients of all of them and apply them all; the

@@ -43,8 +43,7 @@ class ImageClassificationTask(base_layer.BaseLayer, decoding.DecodingTask):
 
   def Decode(self, theta: NestedMap, batch: NestedMap) -> NestedMap:
     """The most likely class of each image (in eval mode: the decoder's)."""
-    return NestedMap(classes=tf.argmax(self._Logits(theta, batch.images), -1,
-                                       output_type=tf.int32))
+    return NestedMap(classes=self.ServingFunction(theta, images=batch.images)['classes'])
 
   def PromptBatch(self, text: str) -> NestedMap:
     raise ValueError('An image task classifies the dev split\'s images; --decode_prompt '
