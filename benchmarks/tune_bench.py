@@ -71,6 +71,14 @@ def _Errors(pairs: List[tuple]) -> Dict[str, Any]:
   return dict(median=statistics.median(errors), worst=max(errors))
 
 
+def _Search(pipeline, measured, budget: int, space) -> List[Any]:
+  """tuner.Search for steps run by trial.Run (its gradient use)."""
+  from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+  return tuner.Search(pipeline, measured, budget, space,
+                      gradients_held=trial.GRADIENTS_HELD)
+
+
 def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
   """The tuner's pick under `budget`: tuner.Tune's steps after Measure,
   each trial looked up in the grid's runs (the same trial.Run)."""
@@ -79,10 +87,10 @@ def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
   def Lookup(candidate):
     return runs[candidate]['step_s'], runs[candidate]['peak_bytes']
 
-  rows = tuner.Search(pipeline, measured, budget, space)
+  rows = _Search(pipeline, measured, budget, space)
   calibrated = tuner.Calibrate(pipeline, measured, rows, Lookup)
   probes = {r.candidate for r in rows if r.measured_s is not None}
-  rows = tuner.Search(pipeline, calibrated, budget, space)
+  rows = _Search(pipeline, calibrated, budget, space)
   return tuner.Verify(rows, Lookup, FLAGS.verify), calibrated, probes
 
 
@@ -128,11 +136,11 @@ def Run(name: str) -> Dict[str, Any]:
   measure_s = time.perf_counter() - start
   unbounded = 1 << 50
   runs = {}
-  for r in tuner.Search(pipeline, measured, unbounded, space):
+  for r in _Search(pipeline, measured, unbounded, space):
     step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
     runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
   _, calibrated, probes = _Tuned(pipeline, measured, space, unbounded, runs)
-  rows = tuner.Search(pipeline, calibrated, unbounded, space)
+  rows = _Search(pipeline, calibrated, unbounded, space)
   grid = []
   for r in rows:
     run = runs[r.candidate]

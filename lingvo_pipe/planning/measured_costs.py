@@ -16,7 +16,9 @@ layer, identical layers of ffn measured 8-12 ms), the median kept. I and W
 are the differences, at least 0 (a difference of two noisy medians can go
 below it). Each
 layer is built from its params with fresh variables: what it costs does
-not depend on their values.
+not depend on their values. The last function's graph also tells what the
+forward keeps for the backward (kept_bytes): the planner's activations
+where FPropMeta can only count every tensor.
 """
 
 import contextlib
@@ -24,7 +26,7 @@ import dataclasses
 import logging
 import statistics
 import time
-from typing import Any, Callable, Iterator, List, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -34,6 +36,7 @@ from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.planning import kept_bytes
 
 
 # A measured time is at least this (a layer's cost must be positive to
@@ -43,10 +46,12 @@ _MIN_SECONDS = 1e-6
 
 @dataclasses.dataclass(frozen=True)
 class LayerCost:
-  """Measured seconds of one layer on one micro-batch."""
+  """Measured seconds of one layer on one micro-batch, and the bytes its
+  forward keeps for its backward (kept_bytes.Chain; None: unknown)."""
   forward_s: float
   input_grad_s: float
   weight_grad_s: float
+  kept_bytes: Optional[int] = None
 
   @property
   def step_s(self) -> float:
@@ -74,11 +79,13 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   batch = contract.InputLayout(tuple(inputs)).batch_size
   num_micro = micro_batch_count.NumMicroBatches(pipeline, batch)
   x = contract.SplitInputs(tuple(inputs), num_micro)[0]
-  functions = []
+  functions, kept = [], []
   with tf.device(device), _QuietRetracing():
     for p in base_params.WithInheritedBaseParams(pipeline).layers:
       layer = p.Instantiate()
-      functions.append(_TracedFunctions(layer, x))
+      fns, layer_kept = _TracedFunctions(layer, x)
+      functions.append(fns)
+      kept.append(layer_kept)
       x = containers.AsTuple(layer.FProp(layer.theta, *x))
     times: List[List[List[float]]] = [[[] for _ in fns] for fns in functions]
     for _ in range(repeats):
@@ -86,12 +93,15 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
         for per_fn, fn in zip(per_layer, fns):
           per_fn.append(_Seconds(fn))
   call = _CallSeconds(repeats * len(functions))
+  held: Sequence[Optional[int]] = [None] * len(kept)
+  if all(k is not None for k in kept):
+    held = kept_bytes.Chain([k for k in kept if k is not None])
   costs = []
-  for per_layer in times:
+  for per_layer, layer_held in zip(times, held):
     forward, with_inputs, with_weights = (max(statistics.median(t) - call, _MIN_SECONDS)
                                           for t in per_layer)
     costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
-                           max(with_weights - with_inputs, 0.0)))
+                           max(with_weights - with_inputs, 0.0), layer_held))
   return costs
 
 
@@ -102,11 +112,13 @@ def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperp
                              layer_costs=[c.step_s for c in costs])
 
 
-def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
+def _TracedFunctions(layer: Any, x: tuple
+                     ) -> Tuple[List[Callable[[], Any]], Optional[kept_bytes.Kept]]:
   """The layer's forward, forward + input gradients, forward + all
-  gradients, traced and run once."""
+  gradients, traced and run once; and what the last keeps of its forward."""
   weights = list(layer.trainable_variables)
   floats = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]
+  marks = kept_bytes.Marks()
 
   def Forward():
     return tf.nest.flatten(layer.FProp(layer.theta, *x))
@@ -115,8 +127,12 @@ def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
     def Run():
       with tf.GradientTape() as tape:
         tape.watch(floats)
-        out = [t for t in Forward() if t.dtype.is_floating]
-        loss = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for t in out])
+        marks.Forward()
+        out = Forward()
+        marks.Outputs(out)
+        loss = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32))
+                         for t in out if t.dtype.is_floating])
+      marks.Gradient()
       return [tf.convert_to_tensor(g) for g in tape.gradient(loss, sources) if g is not None]
     return Run
 
@@ -125,7 +141,7 @@ def _TracedFunctions(layer: Any, x: tuple) -> List[Callable[[], Any]]:
                    Gradients(floats + weights))]
   for fn in fns:
     _Seconds(fn)
-  return fns
+  return fns, kept_bytes.Read(fns[-1].get_concrete_function().graph, marks)
 
 
 class _OwnRetracing(logging.Filter):

@@ -9,14 +9,15 @@ and micro-batches are its inputs split as its micro-batch contract says
 Memory model of cell k (on device k), batch N, M micro-batches, n = N/M.
 act(x) sums LayerMeta.act_bytes of the cell's layers at batch x; in(x) are
 the bytes of the cell's inputs at batch x; in_l(x) those of layer l's inputs;
-big(n) is the largest single layer's act_bytes at n. Stashed inputs take
-the dtype of the layer that reads them (fprop_dtype, else dtype).
+big(n) is the largest single layer's act_bytes at n, tmp(n) the largest
+of what one layer's backward holds while it runs (below). Stashed inputs
+take the dtype of the layer that reads them (fprop_dtype, else dtype).
 
     params(k) = sum of LayerMeta.param_bytes
     state(k)  = optimizer_slots * params(k) + summed(k) + factors(k)
-    act(k)    = NONE:      act(N)                           + big(n)
-                PER_CELL:  in(N) + act(n)                   + big(n)
-                PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + big(n)
+    act(k)    = NONE:      act(N)                           + tmp(n)
+                PER_CELL:  in(N) + act(n)                   + tmp(n)
+                PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + tmp(n)
     peak(k)   = params(k) + state(k) + act(k)
 
 That is fill-drain, where cell k keeps all M micro-batches until its
@@ -30,7 +31,7 @@ the simulator's CellPeaks of the schedule's actions in unit time. Where a
 device holds several cells (interleaved: j mod K; ZB-V: d and 2K-1-d), its
 figures are the sums over the cells the schedule puts on it, but for the
 part of act that only a running backward holds (the recomputed act(n) or
-in_l(n), and the big(n) terms): the device runs one backward at a time,
+in_l(n), big(n) and tmp(n)): the device runs one backward at a time,
 so it counts the largest of its cells'.
 
 summed(k) are the gradient accumulators: params(k) but the weights whose
@@ -38,19 +39,30 @@ gradient is one product per step (cell/deferred_grads: where the program
 defers all of cell k's backwards without splitting them, the cell's
 LayerMeta.projections that pass StepDefers at n), whose factors for all M
 micro-batches are held to the step's end instead: factors(k), M * rows *
-(in + out) elements each.
+(in + out) elements each. They are all live at the step's end where the
+step reads every gradient before it updates a weight (`gradients_held`:
+the trainer's global norm and finiteness check). Where each weight is
+updated as soon as its gradient exists (trial.Run's descent), an unrolled
+step with one micro-batch accumulates nothing in a cell whose backward
+runs inline (no recomputation: a recomputing cell's backward is one call
+that returns all its gradients at once): summed(k) is then the largest
+layer's params, the one gradient being made.
 
-The trailing big(n) of every policy is the backward's gradient temporaries:
-backpropagating one layer of one micro-batch holds about that layer's
-activations again. Not modelled: the pipeline's own inputs and outputs, the
+act counts what each layer keeps for its backward: LayerMeta.act_bytes
+(every tensor its forward makes), or where given, the bytes measured off
+its traced gradient (measured_costs' kept_bytes, at n; at N, M times them).
+tmp(n), the backward's gradient temporaries, is then the layer's output
+bytes at n (the gradient it receives; what else it makes frees what it
+kept), else its act_bytes again (backpropagating one layer of one
+micro-batch holds about that layer's activations again). Not modelled: the pipeline's own inputs and outputs, the
 loss, and allocator fragmentation. On CPU all logical devices share one
 allocator, so a measured BFC peak compares with the range from
 `shared_peak_bytes` (every cell's params and state, one cell's activations:
 the cells' activation peaks never coincide, as at M=1 where the backward
 visits one cell after the other) to `total_peak_bytes` (they all coincide).
-It errs safe: act_bytes counts every tensor a forward produces, and
-TensorFlow keeps fewer (docs/benchmarks/profiles.md compares it with
-measured peaks).
+From FPropMeta it errs safe: act_bytes counts every tensor a forward
+produces, and TensorFlow keeps fewer (docs/benchmarks/profiles.md compares
+it with measured peaks); the tuner gives the measured kept_bytes.
 
 Both models read the step's program (program.Lower, for the emission the
 pipeline would use at M: a loop per device from loop_min_micro_batches):
@@ -133,11 +145,13 @@ class PlanRow:
 
 @dataclasses.dataclass(frozen=True)
 class _Layer:
-  """One layer's metadata and input bytes at batch N and at N/M (micro)."""
+  """One layer's metadata and input bytes at batch N and at N/M (micro),
+  and what its backward holds while it runs at n (module docstring)."""
   full: layer_meta.LayerMeta
   micro: layer_meta.LayerMeta
   in_bytes: int
   micro_in_bytes: int
+  temporaries: int
 
 
 def _Chain(layers: Sequence[hyperparams.Params],
@@ -149,6 +163,15 @@ def _Chain(layers: Sequence[hyperparams.Params],
     chain.append((shapes, meta))
     shapes = meta.out_shapes
   return chain
+
+
+def _Measured(layer: _Layer, kept: int, num_micro: int, out_bytes: int) -> _Layer:
+  """`layer` with the measured bytes its forward keeps at n (and M times
+  them at N) as its act_bytes, and its output's bytes at n (the gradient
+  its backward receives) as its temporaries."""
+  return dataclasses.replace(
+      layer, full=dataclasses.replace(layer.full, act_bytes=num_micro * kept),
+      micro=dataclasses.replace(layer.micro, act_bytes=kept), temporaries=out_bytes)
 
 
 def _InBytes(p: hyperparams.Params, shapes: tuple) -> int:
@@ -167,17 +190,18 @@ def _CellActBytes(cell: Sequence[_Layer], remat: RematPolicy, in_flight: int,
   backward's): what the cell holds across its actions, and what one of
   its backwards adds while it runs (its recomputation and temporaries)."""
   big = max(l.micro.act_bytes for l in cell)
+  temporaries = max(l.temporaries for l in cell)
   held = weight_inputs * sum(_FactorBytes(p) for l in cell for p in l.micro.projections)
 
   def Kept(full: int, micro: int) -> int:
     return full if in_flight >= num_micro else in_flight * micro
 
   if remat == RematPolicy.NONE:
-    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + held, big
+    return sum(Kept(l.full.act_bytes, l.micro.act_bytes) for l in cell) + held, temporaries
   stash = Kept(cell[0].in_bytes, cell[0].micro_in_bytes)
   if remat == RematPolicy.PER_CELL:
-    return stash + held, sum(l.micro.act_bytes for l in cell) + big
-  return stash, sum(l.micro_in_bytes for l in cell) + 2 * big
+    return stash + held, sum(l.micro.act_bytes for l in cell) + temporaries
+  return stash, sum(l.micro_in_bytes for l in cell) + big + temporaries
 
 
 def _DeviceAct(per_cell: Sequence[Tuple[int, int]],
@@ -221,10 +245,13 @@ def _FactorBytes(p: layer_meta.Projection) -> int:
 
 
 def _CellState(cell: Sequence[_Layer], step: program.Program, k: int,
-               optimizer_slots: int) -> int:
+               optimizer_slots: int, gradients_held: bool) -> int:
   """state(k) of the module docstring."""
   params = sum(l.full.param_bytes for l in cell)
   num_micro = step.schedule.num_micro_batches
+  if (not gradients_held and num_micro == 1 and step.emission == program.Emission.UNROLLED
+      and _CellPolicy(step, k) == RematPolicy.NONE):
+    return optimizer_slots * params + max(l.full.param_bytes for l in cell)
   deferred = []
   if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in l.micro.projections
@@ -247,7 +274,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              broadcast_inputs: Sequence[Any] = (),
              schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE,
              cells_per_device: int = 1, loop_min_micro_batches: int = 0,
-             layer_costs: Sequence[float] = ()) -> PlanRow:
+             layer_costs: Sequence[float] = (), kept_bytes: Sequence[int] = (),
+             gradients_held: bool = True) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -271,6 +299,12 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
       (plan.LoopFromM's figure; 0: never).
     layer_costs: PipeliningLayer's p.layer_costs, balanced under
       cost=CostKind.GIVEN.
+    kept_bytes: per layer, the bytes its forward keeps for its backward at
+      the micro-batch (measured_costs.LayerCost.kept_bytes), in place of
+      LayerMeta.act_bytes; empty: the latter.
+    gradients_held: whether the step reads every gradient before it
+      updates any weight (the trainer: its global norm); False where each
+      weight is updated as its gradient is made (trial.Run).
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -292,6 +326,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
   shapes = layer_meta.Shapes(*input_shapes)
   micro_batch_count.CheckDivides(contract.InputLayout(shapes).batch_size,
                            num_micro_batches)
+  if kept_bytes and len(kept_bytes) != len(layers):
+    raise ValueError(f'kept_bytes has {len(kept_bytes)} entries for {len(layers)} layers.')
   if cells_per_device < 1 or num_cells % cells_per_device:
     raise ValueError(f'num_cells ({num_cells}) must be a multiple of '
                      f'cells_per_device ({cells_per_device}).')
@@ -307,12 +343,15 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
       partition.LayerCosts(layers, input_shapes, cost, layer_costs), num_cells)
   full = _Chain(layers, shapes)
   micro = _Chain(layers, contract.SplitShapes(shapes, num_micro_batches))
-  profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in))
+  profile = [_Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in), m.act_bytes)
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
+  if kept_bytes:
+    profile = [_Measured(l, kept, num_micro_batches, _InBytes(p, l.micro.out_shapes))
+               for p, l, kept in zip(layers, profile, kept_bytes)]
   cells = partition.SplitLayers(profile, splits)
   params = _PerDevice([sum(l.full.param_bytes for l in c) for c in cells], placement)
-  state = _PerDevice([_CellState(c, step, k, optimizer_slots) for k, c in enumerate(cells)],
-                     placement)
+  state = _PerDevice([_CellState(c, step, k, optimizer_slots, gradients_held)
+                      for k, c in enumerate(cells)], placement)
   act = _DeviceAct([_CellActBytes(c, _CellPolicy(step, k), f, num_micro_batches,
                                   w if step.Splits(k) else 0)
                     for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)

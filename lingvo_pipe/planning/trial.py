@@ -19,6 +19,9 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 
+# Run's step updates each weight as soon as its gradient exists (nothing
+# reads all of them first): planner.Estimate's gradients_held.
+GRADIENTS_HELD = False
 
 def StepSeconds(run: Callable[[int], Any], rounds: int = 3, round_s: float = 0.3) -> float:
   """The median over `rounds` rounds of the seconds per step of `run(n)`

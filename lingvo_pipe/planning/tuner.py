@@ -8,7 +8,8 @@ from measured costs and confirmed by running it.
    schedule's v cells per device), split where the measured seconds
    balance (partition.BalancedSplits), predicted: the step's seconds by
    step_prediction from those costs, each device's peak by the planner's
-   memory model of the same program. A candidate fits if its largest
+   memory model of the same program, with the activations each layer's
+   traced gradient keeps (measured_costs' kept_bytes). A candidate fits if its largest
    per-device peak is within the budget. Candidates whose steps are the
    same program (same splits, actions and remat decisions: e.g. any
    schedule on one device) count once, as the first of the space's.
@@ -164,17 +165,22 @@ def _Predict(candidate: Candidate, step: program.Program,
   """The seconds of `candidate`'s training step `step` (_Program)."""
   m = candidate.num_micro_batches
   scale = measured.scale.get(m, 1.0)
-  costs = [measured_costs.LayerCost(c.forward_s * scale, c.input_grad_s * scale,
-                                    c.weight_grad_s * scale) for c in measured.costs[m]]
+  costs = [dataclasses.replace(c, forward_s=c.forward_s * scale,
+                               input_grad_s=c.input_grad_s * scale,
+                               weight_grad_s=c.weight_grad_s * scale)
+           for c in measured.costs[m]]
   return step_prediction.Predict(
       step, step_prediction.CellCosts(costs, candidate.splits),
       measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads)
 
 
 def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,
-           space: Space = Space(), optimizer_slots: int = 0) -> List[Row]:
+           space: Space = Space(), optimizer_slots: int = 0,
+           gradients_held: bool = True) -> List[Row]:
   """Every runnable candidate of the space with measured costs, predicted
-  (module docstring); fitting rows first, each group fastest first."""
+  (module docstring); fitting rows first, each group fastest first.
+  `optimizer_slots` and `gradients_held` say what the trial's step holds
+  besides the pipeline (planner.Estimate)."""
   if budget_bytes <= 0:
     raise ValueError(f'The memory budget must be > 0 bytes, got {budget_bytes}.')
   num_layers = len(pipeline.layers)
@@ -196,7 +202,7 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
     row = planner.Estimate(
         p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
         partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
-        plan_lib.LoopFromM(p), costs)
+        plan_lib.LoopFromM(p), costs, _KeptBytes(measured.costs[m]), gradients_held)
     rows.append(Row(candidate, _Predict(candidate, step, measured), row.max_peak_bytes,
                     row.shared_peak_bytes, row.total_peak_bytes,
                     row.max_peak_bytes <= budget_bytes))
@@ -204,6 +210,13 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
   rows.sort(key=lambda r: (not r.fits, round(r.predicted.seconds, 6), r.peak_bytes,
                            r.candidate.num_devices, r.candidate.num_micro_batches))
   return rows
+
+
+def _KeptBytes(costs: Sequence[measured_costs.LayerCost]) -> List[int]:
+  """Every layer's measured kept bytes; empty if one is unknown (the
+  planner then counts FPropMeta's act_bytes for all)."""
+  kept = [c.kept_bytes for c in costs]
+  return [k for k in kept if k is not None] if None not in kept else []
 
 
 # (the candidate) -> (seconds per step, peak bytes or None) of a few steps.
@@ -320,8 +333,8 @@ def FormatTable(rows: Sequence[Row], pick: Optional[Row] = None, limit: int = 20
 
 def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
          devices: Sequence[str], trial: Trial, space: Space = Space(),
-         optimizer_slots: int = 0, verify: int = 3,
-         repeats: int = 3) -> Tuple[List[Row], Row]:
+         optimizer_slots: int = 0, verify: int = 3, repeats: int = 3,
+         gradients_held: bool = True) -> Tuple[List[Row], Row]:
   """Measure, Search, Calibrate, Search again and Verify (module
   docstring): (every row, the pick).
 
@@ -332,11 +345,11 @@ def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
   """
   space = dataclasses.replace(space, devices=[d for d in space.devices if d <= len(devices)])
   measured = Measure(pipeline, inputs, space, devices, repeats)
-  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots)
+  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots, gradients_held)
   CheckFits(rows, budget_bytes)
   measured = Calibrate(pipeline, measured, rows, trial)
   probes = {r.candidate: r for r in rows if r.measured_s is not None}
-  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots)
+  rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots, gradients_held)
   for r in rows:
     if r.candidate in probes:
       r.measured_s = probes[r.candidate].measured_s

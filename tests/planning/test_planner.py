@@ -368,3 +368,29 @@ def test_given_layer_costs_partition_as_the_pipeline_does():
                            cost=partition.CostKind.GIVEN, layer_costs=[1, 1, 1, 10])
   assert flops.param_bytes == [2 * _Params(8, 8)] * 2
   assert given.param_bytes == [3 * _Params(8, 8), _Params(8, 8)]
+
+
+@pytest.mark.parametrize('held', [True, False])
+@pytest.mark.parametrize('remat', list(RematPolicy))
+@pytest.mark.parametrize('m', [1, 2])
+def test_measured_kept_bytes_and_gradient_use_by_hand(remat, m, held):
+  """Given what each layer keeps (kept_bytes at n), act counts that (M
+  times it at N) and the backward's temporaries are a layer's output at n.
+  A step that updates each weight as its gradient is made holds one
+  layer's gradient at M=1 where the cell's backward runs inline (no
+  recomputation), else every gradient."""
+  d, n, k, slots, kept = 8, 8, 2, 1, 100
+  row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, optimizer_slots=slots,
+                         kept_bytes=[kept] * 4, gradients_held=held)
+  mb = n // m
+  params = 2 * _Params(d, d)
+  out = _In(d, mb)  # a layer's output at n
+  act = {RematPolicy.NONE: 2 * m * kept + out,
+         RematPolicy.PER_CELL: _In(d, n) + 2 * kept + out,
+         RematPolicy.PER_LAYER: _In(d, n) + 2 * _In(d, mb) + kept + out}[remat]
+  one_gradient = not held and m == 1 and remat == RematPolicy.NONE
+  gradients = _Params(d, d) if one_gradient else params
+  assert row.act_bytes == [act] * k
+  assert row.state_bytes == [slots * params + gradients] * k
+  with pytest.raises(ValueError, match=r'kept_bytes has 3 entries for 4 layers'):
+    planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, kept_bytes=[kept] * 3)

@@ -148,9 +148,12 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
     ran.append(candidate)
     return trial.Run(candidate.Apply(pipeline), x)
 
-  unpipelined = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
+  held = trial.GRADIENTS_HELD
+  unpipelined = tuner.Search(pipeline, tuner.Measure(pipeline, x, space, devices, 1),
+                             1 << 40, space, gradients_held=held)
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
-  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1)
+  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1,
+                          gradients_held=held)
   # Calibration ran 1F1B on two devices (one device does not fit);
   # verification the two fastest predicted, if that was not one of them.
   assert ran[0].num_devices == 2 and ran[0].schedule_kind == ScheduleKind.ONE_F_ONE_B
