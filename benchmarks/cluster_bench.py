@@ -21,7 +21,6 @@ overlapped (profiling/bubble.UnoverlappedAllReduceShare).
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Dict, List, Tuple
 from absl import app
 from absl import flags
 
+from benchmarks import runner
 from benchmarks import schedule_flags
 
 FLAGS = flags.FLAGS
@@ -54,16 +54,6 @@ flags.DEFINE_bool('pin_workers', False, 'Pin worker task t to core t mod the '
 flags.DEFINE_list('configs', [], 'With --run empty: the runs to alternate, '
                   'each PLACEMENT:RxK (e.g. workers:2x1); empty: local and '
                   'workers at --replicas x --k.')
-
-
-def _FreePorts(n: int) -> List[int]:
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(('localhost', 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
 
 
 def _Bytes(pids: Dict[int, int]) -> Dict[str, int]:
@@ -114,7 +104,7 @@ def _Run() -> dict:
   workers, pids, ports = [], {}, []
   try:
     if FLAGS.run == 'workers':
-      ports = _FreePorts(num_devices)
+      ports = runner.FreePorts(num_devices)
       spec = 'worker=' + ','.join(f'localhost:{p}' for p in ports)
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
       for t in range(num_devices):

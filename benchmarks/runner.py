@@ -11,6 +11,7 @@ import os
 import pathlib
 import platform
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def OursCommand(args: Sequence[str], steps: int, warmup: int,
                  cwd=str(REPO_ROOT),
                  env=(('TF_CPU_ALLOCATOR_USE_BFC', 'true'),
                       ('PYTHONPATH', str(REPO_ROOT))))
+
+
+def FreePorts(n: int) -> List[int]:
+  """n distinct loopback ports that were free a moment ago (for worker
+  processes a benchmark starts)."""
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(('localhost', 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
 
 
 def ParseLastJson(stdout: str) -> dict:

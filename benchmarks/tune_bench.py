@@ -12,10 +12,12 @@ logical devices:
    else the space's smallest M and least remat) predicted peak, half and a
    quarter of it. Under each, the candidates
    that fit are those whose predicted per-device peak does (the planner's
-   model: a CPU's devices cannot be measured apart); the tuner's pick is
-   tuner.Tune's after Measure (Search, Calibrate, Search, Verify), its
+   model: a CPU's devices cannot be measured apart), and on one device
+   whose measured peak does too (as the tuner judges: tuner.Record); the
+   tuner's pick is tuner.Choose's (Search, Calibrate, Search, Verify), its
    trials looked up in the grid's runs; the grid's best is the fastest
-   measured of all that fit; the JSON gives both and pick over best.
+   measured of all that fit; the JSON gives both, pick over best, and the
+   pick's layout (device_peaks_bench runs it with a process per device).
 
 Also per workload: the calibrated prediction (no budget) of every
 candidate's step but the calibration's own against its measured one
@@ -80,18 +82,30 @@ def _Search(pipeline, measured, budget: int, space) -> List[Any]:
 
 
 def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
-  """The tuner's pick under `budget`: tuner.Tune's steps after Measure,
-  each trial looked up in the grid's runs (the same trial.Run)."""
+  """tuner.Choose under `budget` (the tuner's steps after Measure), each
+  trial looked up in the grid's runs (the same trial.Run)."""
+  from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
 
   def Lookup(candidate):
     return runs[candidate]['step_s'], runs[candidate]['peak_bytes']
 
-  rows = _Search(pipeline, measured, budget, space)
-  calibrated = tuner.Calibrate(pipeline, measured, rows, Lookup)
-  probes = {r.candidate for r in rows if r.measured_s is not None}
-  rows = _Search(pipeline, calibrated, budget, space)
-  return tuner.Verify(rows, Lookup, FLAGS.verify), calibrated, probes
+  return tuner.Choose(pipeline, measured, budget, Lookup, space, verify=FLAGS.verify,
+                      gradients_held=trial.GRADIENTS_HELD)
+
+
+def _Fits(row, run, budget: int) -> bool:
+  """As the tuner judges: the predicted peak of the fullest device, and on
+  one device the measured peak too (tuner.Record)."""
+  measured = run['peak_bytes'] if row.candidate.num_devices == 1 else None
+  return row.peak_bytes <= budget and (measured is None or measured <= budget)
+
+
+def _Layout(candidate) -> Dict[str, Any]:
+  """A tuner.Candidate as JSON (device_peaks_bench runs it)."""
+  return dict(schedule=candidate.schedule_kind.name, devices=candidate.num_devices,
+              v=candidate.cells_per_device, micro_batches=candidate.num_micro_batches,
+              remat=candidate.remat.name, splits=list(candidate.splits))
 
 
 def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
@@ -103,18 +117,18 @@ def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
   out = []
   for share in (1.0, 0.5, 0.25):
     budget = int(single.peak_bytes * share)
-    fitting = [r for r in rows if r.peak_bytes <= budget]
+    fitting = [r for r in rows if _Fits(r, runs[r.candidate], budget)]
     if not fitting:
       out.append(dict(budget_mb=budget / _MIB, share=share, fits=0))
       continue
-    pick, _, _ = _Tuned(pipeline, measured, space, budget, runs)
+    pick = _Tuned(pipeline, measured, space, budget, runs).pick
     best = min(fitting, key=lambda r: runs[r.candidate]['step_s'])
     step = runs[pick.candidate]['step_s']
     out.append(dict(
         budget_mb=budget / _MIB, share=share, fits=len(fitting), pick=str(pick.candidate),
         pick_step_s=step, best=str(best.candidate), best_step_s=runs[best.candidate]['step_s'],
         pick_over_best=step / runs[best.candidate]['step_s'],
-        pick_predicted_peak_mb=pick.peak_bytes / _MIB,
+        pick_layout=_Layout(pick.candidate), pick_predicted_peak_mb=pick.peak_bytes / _MIB,
         pick_measured_peak_mb=(runs[pick.candidate]['peak_bytes'] or 0) / _MIB))
   return out
 
@@ -139,7 +153,8 @@ def Run(name: str) -> Dict[str, Any]:
   for r in _Search(pipeline, measured, unbounded, space):
     step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
     runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
-  _, calibrated, probes = _Tuned(pipeline, measured, space, unbounded, runs)
+  tuned = _Tuned(pipeline, measured, space, unbounded, runs)
+  calibrated, probes = tuned.measured, tuned.probes
   rows = _Search(pipeline, calibrated, unbounded, space)
   grid = []
   for r in rows:

@@ -64,32 +64,35 @@ def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
         memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
   """Timed training steps of the PipeliningLayer `pipeline` on `inputs` (a
   whole batch)."""
+  return Timed(lambda: TrainingSteps(pipeline, inputs), warmup, memory_device)
 
-  def Start() -> Callable[[int], None]:
-    pipe = pipeline.Instantiate()
-    variables = pipe.trainable_variables
 
-    def Loss(out: Any) -> tf.Tensor:
-      first = tf.nest.flatten(out)[0]
-      return tf.reduce_mean(tf.square(tf.cast(first, tf.float32)))
+def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]
+                  ) -> Callable[[int], None]:
+  """Builds the PipeliningLayer `pipeline` (on its default devices) and
+  returns a runner of n training steps on `inputs` (module docstring)."""
+  pipe = pipeline.Instantiate()
+  variables = pipe.trainable_variables
 
-    @tf.function(autograph=False)
-    def Step(*x):
-      with tf.GradientTape() as tape:
-        loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
-      for v, g in zip(variables, tape.gradient(loss, variables)):
-        if g is not None:
-          with tf.device(v.device):
-            v.assign_sub(1e-6 * tf.convert_to_tensor(g))
-      return loss
+  def Loss(out: Any) -> tf.Tensor:
+    first = tf.nest.flatten(out)[0]
+    return tf.reduce_mean(tf.square(tf.cast(first, tf.float32)))
 
-    def Steps(n: int) -> None:
-      for _ in range(n):
-        Step(*inputs).numpy()
+  @tf.function(autograph=False)
+  def Step(*x):
+    with tf.GradientTape() as tape:
+      loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
+    for v, g in zip(variables, tape.gradient(loss, variables)):
+      if g is not None:
+        with tf.device(v.device):
+          v.assign_sub(1e-6 * tf.convert_to_tensor(g))
+    return loss
 
-    return Steps
+  def Steps(n: int) -> None:
+    for _ in range(n):
+      Step(*inputs).numpy()
 
-  return Timed(Start, warmup, memory_device)
+  return Steps
 
 
 def BytesInUse(device: str = 'CPU:0') -> Optional[int]:

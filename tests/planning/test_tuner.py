@@ -120,6 +120,35 @@ def test_a_budget_nothing_fits_and_untunable_pipelines_are_named():
     tuner.Search(replicas, _Measured(pipeline, space), 1 << 30, space)
 
 
+def test_a_one_device_candidate_measured_over_the_budget_does_not_fit():
+  """Verify runs the fastest predicted fitting rows; a one-device row
+  whose measured peak exceeds the budget (its device's own peak) drops
+  out, and the next verified one is picked. On several logical devices
+  the measured peak is all of theirs together: the prediction decides."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2), remats=[RematPolicy.NONE])
+  rows = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
+  rows.sort(key=lambda r: r.candidate.num_devices)  # as if one device were fastest
+  budget = max(r.peak_bytes for r in rows)
+  over = {r.candidate for r in rows if r.candidate.num_devices == 1}
+  ran = []
+
+  def Trial(candidate):
+    ran.append(candidate)
+    return 1.0 + len(ran), budget + 1 if candidate in over or candidate.num_devices > 1 else 0
+
+  fitting = [r for r in rows if r.fits]
+  assert fitting[0].candidate in over and fitting[1].candidate in over
+  pick = tuner.Verify(rows, Trial, budget, top=2)
+  assert pick.candidate.num_devices > 1 and pick.measured_peak_bytes == budget + 1
+  assert [r.fits for r in fitting[:len(over)]] == [False] * len(over)
+  # The one-device rows dropped out; two rows that still fit were verified.
+  assert sum(r.fits and r.measured_s is not None for r in rows) == 2
+  assert len(ran) == len(over) + 2
+  with pytest.raises(ValueError, match=r'those predicted to fit measured more on one device'):
+    tuner.Verify([r for r in rows if r.candidate in over], Trial, budget)
+
+
 def test_a_candidate_builds_the_cells_its_splits_name():
   pipeline, _ = _Stack(num_layers=5)
   candidate = tuner.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
