@@ -5,7 +5,13 @@ action costing what its cell's layers measured (measured_costs.Measure at
 the micro-batch size): F the forwards; a backward the program splits, I
 the input gradients plus its recomputation (Program.RecomputeUnits
 forwards) and W the weight gradients; one it does not split, B all of
-them. That is the step if the devices were separate machines. On one
+them. A cell whose program defers its weight gradients to one product
+per step (Program.DefersToStepEnd: PER_CELL at M > 1) runs them once, in
+its last backward, over the whole batch: there B costs no W, and the last
+one the weight gradients measured at the whole batch (`whole_batch`; else
+M times the micro-batch's: measured on ffn, 64 rows, the whole batch's
+took 0.17 of 8 micro-batches' of 8 rows each). That is the step if the
+devices were separate machines. On one
 machine they share its cores, so the step also takes at least the sum of
 all actions over the devices' concurrency (1 where each op already fills
 the cores, K for separate machines; tuner.Calibrate measures it from whole
@@ -13,7 +19,7 @@ steps): the prediction is the larger of the two.
 """
 
 import dataclasses
-from typing import List, Mapping, Sequence
+from typing import Any, Dict, List, Sequence
 
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
@@ -47,20 +53,37 @@ def CellCosts(layer_costs: Sequence[measured_costs.LayerCost],
 
 def Predict(step: program.Program, cells: Sequence[measured_costs.LayerCost],
             concurrency: float,
-            overheads: overheads_lib.Overheads = overheads_lib.Overheads()) -> StepSeconds:
+            overheads: overheads_lib.Overheads = overheads_lib.Overheads(),
+            whole_batch: Sequence[measured_costs.LayerCost] = ()) -> StepSeconds:
   """The step's seconds (module docstring): `cells` per cell of the
-  program's schedule, `concurrency` of its devices (>= 1)."""
-  if len(cells) != step.schedule.num_cells or concurrency < 1:
-    raise ValueError(f'{len(cells)} cell costs for {step.schedule.num_cells} cells, '
-                     f'concurrency {concurrency}: give one cost per cell and a '
-                     'concurrency >= 1.')
+  program's schedule (at the micro-batch), `concurrency` of its devices
+  (>= 1), `whole_batch` per cell at the whole batch (may be empty)."""
+  if (len(cells) != step.schedule.num_cells or concurrency < 1 or
+      len(whole_batch) not in (0, len(cells))):
+    raise ValueError(f'{len(cells)} cell costs ({len(whole_batch)} at the whole batch) for '
+                     f'{step.schedule.num_cells} cells, concurrency {concurrency}: give one '
+                     'cost per cell and a concurrency >= 1.')
   extra = (overheads.loop_action_s if step.emission == program.Emission.LOOP
            else overheads.action_s)
-  per_action: Mapping = {a: _ActionSeconds(step, a, cells[a.cell]) + extra
-                         for _, _, a in step.schedule.Positions()}
+  per_action: Dict[Any, float] = {a: _ActionSeconds(step, a, cells[a.cell]) + extra
+                                  for _, _, a in step.schedule.Positions()}
+  num_micro = step.schedule.num_micro_batches
+  for c, last in _LastBackwards(step).items():
+    per_action[last] += (whole_batch[c].weight_grad_s if whole_batch
+                         else num_micro * cells[c].weight_grad_s)
   critical = simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
   return StepSeconds(critical + overheads.step_s,
                      sum(per_action.values()) / concurrency + overheads.step_s)
+
+
+def _LastBackwards(step: program.Program) -> Dict[int, Any]:
+  """Per cell that defers its weight gradients to the step's end, its
+  last backward action on its device."""
+  last = {}
+  for _, _, a in step.schedule.Positions():
+    if a.kind in (Kind.B, Kind.I) and step.DefersToStepEnd(a.cell):
+      last[a.cell] = a
+  return last
 
 
 def _ActionSeconds(step: program.Program, a, cell: measured_costs.LayerCost) -> float:
@@ -72,6 +95,6 @@ def _ActionSeconds(step: program.Program, a, cell: measured_costs.LayerCost) -> 
   recompute = step.RecomputeUnits(a.cell, a.micro) * cell.forward_s
   if a.kind == Kind.W:
     return cell.weight_grad_s if split else 0.0
-  if a.kind == Kind.I and split:
+  if (a.kind == Kind.I and split) or step.DefersToStepEnd(a.cell):
     return cell.input_grad_s + recompute
   return cell.input_grad_s + cell.weight_grad_s + recompute

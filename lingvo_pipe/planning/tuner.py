@@ -167,14 +167,20 @@ def _Predict(candidate: Candidate, step: program.Program,
              measured: Measurements) -> step_prediction.StepSeconds:
   """The seconds of `candidate`'s training step `step` (_Program)."""
   m = candidate.num_micro_batches
-  scale = measured.scale.get(m, 1.0)
-  costs = [dataclasses.replace(c, forward_s=c.forward_s * scale,
-                               input_grad_s=c.input_grad_s * scale,
-                               weight_grad_s=c.weight_grad_s * scale)
-           for c in measured.costs[m]]
+  whole = (step_prediction.CellCosts(_Scaled(measured, 1), candidate.splits)
+           if 1 in measured.costs else [])
   return step_prediction.Predict(
-      step, step_prediction.CellCosts(costs, candidate.splits),
-      measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads)
+      step, step_prediction.CellCosts(_Scaled(measured, m), candidate.splits),
+      measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads, whole)
+
+
+def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
+  """The layers' costs at M=`m`, times its calibration factor."""
+  scale = measured.scale.get(m, 1.0)
+  return [dataclasses.replace(c, forward_s=c.forward_s * scale,
+                              input_grad_s=c.input_grad_s * scale,
+                              weight_grad_s=c.weight_grad_s * scale)
+          for c in measured.costs[m]]
 
 
 def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,

@@ -43,13 +43,20 @@ def test_prediction_is_the_slower_of_the_simulated_step_and_the_shared_cores():
 def test_recomputation_and_split_backwards_cost_what_the_program_says():
   """PER_CELL at M=1 keeps the only micro-batch (nothing recomputed);
   at M=2 the first is recomputed (one more F); a zero-bubble schedule's
-  I and W add up to the B of fill-drain."""
+  I and W add up to the B of fill-drain; deferred weight gradients cost
+  one product over the whole batch."""
   one = step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 1, RematPolicy.PER_CELL),
                                 [UNIT], 1.0)
   assert one.seconds == 3.0
   two = step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
                                 [UNIT], 1.0)
   assert two.seconds == 7.0
+  # PER_CELL at M=2 defers the weight gradients to one product over the
+  # whole batch, in the last backward: F F, I, I + F again, W once (0.5 at
+  # the whole batch, given; else M = 2 micro-batches' worth, as above).
+  whole = measured_costs.LayerCost(2.0, 2.0, 0.5)
+  assert step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
+                                 [UNIT], 1.0, whole_batch=[whole]).seconds == 5.5
   zero_bubble = step_prediction.Predict(_Program(ScheduleKind.ZB_H1, 2, 4), [UNIT, UNIT], 1.0)
   assert zero_bubble.shared == 24.0
 
