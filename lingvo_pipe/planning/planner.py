@@ -14,7 +14,7 @@ of what one layer's backward holds while it runs (below). Stashed inputs
 take the dtype of the layer that reads them (fprop_dtype, else dtype).
 
     params(k) = sum of LayerMeta.param_bytes
-    state(k)  = optimizer_slots * params(k) + summed(k) + factors(k)
+    state(k)  = optimizer_slots * params(k) + summed(k) + factors(k) + upd(k)
     act(k)    = NONE:      act(N)                           + tmp(n)
                 PER_CELL:  in(N) + act(n)                   + tmp(n)
                 PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + tmp(n)
@@ -39,7 +39,10 @@ gradient is one product per step (cell/deferred_grads: where the program
 defers all of cell k's backwards without splitting them, the cell's
 LayerMeta.projections that pass StepDefers at n), whose factors for all M
 micro-batches are held to the step's end instead: factors(k), M * rows *
-(in + out) elements each. They are all live at the step's end where the
+(in + out) elements each. upd(k) is the largest layer's params: an
+update makes a temporary of a weight's size (a scaled gradient, an
+optimizer's step; measured with a worker process per device:
+benchmarks/device_peaks_bench.py). They are all live at the step's end where the
 step reads every gradient before it updates a weight (`gradients_held`:
 the trainer's global norm and finiteness check). Where each weight is
 updated as soon as its gradient exists (trial.Run's descent), an unrolled
@@ -248,17 +251,18 @@ def _CellState(cell: Sequence[_Layer], step: program.Program, k: int,
                optimizer_slots: int, gradients_held: bool) -> int:
   """state(k) of the module docstring."""
   params = sum(l.full.param_bytes for l in cell)
+  largest = max(l.full.param_bytes for l in cell)
   num_micro = step.schedule.num_micro_batches
   if (not gradients_held and num_micro == 1 and step.emission == program.Emission.UNROLLED
       and _CellPolicy(step, k) == RematPolicy.NONE):
-    return optimizer_slots * params + max(l.full.param_bytes for l in cell)
+    return optimizer_slots * params + 2 * largest
   deferred = []
   if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in l.micro.projections
                 if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
   summed = params - sum(p.in_dim * p.out_dim * p.bytes_per_element for p in deferred)
   factors = num_micro * sum(_FactorBytes(p) for p in deferred)
-  return optimizer_slots * params + summed + factors
+  return optimizer_slots * params + summed + factors + largest
 
 
 def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:

@@ -32,9 +32,10 @@ def test_planner_counts_activations_at_compute_dtype():
   f32, bf16 = rows[None], rows[tf.bfloat16]
   assert bf16.param_bytes == f32.param_bytes
   # A bfloat16 product is by a cast of the weight, so no weight gradient is
-  # deferred: each weight keeps its gradient sum beside its two slots; in
-  # float32 the projections (64 -> 128 -> 64) defer, their factors smaller.
-  assert bf16.state_bytes == [3 * p for p in bf16.param_bytes]
+  # deferred: each weight keeps its gradient sum beside its two slots, and
+  # an update's temporary (the cell's one layer); in float32 the
+  # projections (64 -> 128 -> 64) defer, their factors smaller.
+  assert bf16.state_bytes == [4 * p for p in bf16.param_bytes]
   assert all(f < b for f, b in zip(f32.state_bytes, bf16.state_bytes))
   for a, b in zip(bf16.act_bytes, f32.act_bytes):
     assert a * 2 == b, (a, b)  # every tensor of these layers is bfloat16

@@ -52,6 +52,7 @@ def test_memory_and_time_by_hand(remat, m, remat_last):
                          remat_last_micro_batch=remat_last)
   mb = n // m
   params = 2 * _Params(d, d)
+  update = _Params(d, d)  # an update's temporary: the largest layer's params
   big = _Act(d, mb)
   act = {RematPolicy.NONE: 2 * _Act(d, n) + big,
          RematPolicy.PER_CELL: _In(d, n) + 2 * _Act(d, mb) + big,
@@ -59,11 +60,11 @@ def test_memory_and_time_by_hand(remat, m, remat_last):
   recompute = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1, RematPolicy.PER_LAYER: 2}
   assert (row.num_cells, row.num_micro_batches, row.remat) == (k, m, remat)
   assert row.param_bytes == [params] * k
-  assert row.state_bytes == [(1 + slots) * params] * k
+  assert row.state_bytes == [(1 + slots) * params + update] * k
   assert row.act_bytes == [act] * k
-  assert row.peak_bytes == [(2 + slots) * params + act] * k
-  assert row.total_peak_bytes == k * ((2 + slots) * params + act)
-  assert row.shared_peak_bytes == k * (2 + slots) * params + act
+  assert row.peak_bytes == [(2 + slots) * params + update + act] * k
+  assert row.total_peak_bytes == k * ((2 + slots) * params + update + act)
+  assert row.shared_peak_bytes == k * ((2 + slots) * params + update) + act
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
   # Each cell keeps its last micro-batch (no recomputation) unless told
   # not to: on the critical path the first backward of the drain, or at
@@ -356,7 +357,8 @@ def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, de
     expected = [slots * p + p - 64 * 256 * F32 + factors for p in params]
   else:
     expected = [(1 + slots) * p for p in params]
-  assert row.state_bytes == expected
+  # And an update's temporary: the cell's one layer.
+  assert row.state_bytes == [e + p for e, p in zip(expected, params)]
 
 
 def test_given_layer_costs_partition_as_the_pipeline_does():
@@ -390,7 +392,8 @@ def test_measured_kept_bytes_and_gradient_use_by_hand(remat, m, held):
          RematPolicy.PER_LAYER: _In(d, n) + 2 * _In(d, mb) + kept + out}[remat]
   one_gradient = not held and m == 1 and remat == RematPolicy.NONE
   gradients = _Params(d, d) if one_gradient else params
+  update = _Params(d, d)  # an update's temporary: the largest layer's params
   assert row.act_bytes == [act] * k
-  assert row.state_bytes == [slots * params + gradients] * k
+  assert row.state_bytes == [slots * params + gradients + update] * k
   with pytest.raises(ValueError, match=r'kept_bytes has 3 entries for 4 layers'):
     planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, kept_bytes=[kept] * 3)
