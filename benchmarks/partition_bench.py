@@ -6,7 +6,9 @@ the micro-batch size, and two pipelines of the same layers at --k, --m
 the measured seconds (cost=CostKind.GIVEN). Their training steps (forward,
 loss, every gradient) run alternately, --rounds rounds of --steps steps
 after a warm-up each; the JSON gives per workload both splits, both
-median step times and measured over flops.
+median step times and measured over flops. Where both partitions give
+the same cells (same_cells), the two pipelines run one step, and their
+ratio is what two instances of it differ by on this machine.
 
 Workloads: 'uneven', built here, where FLOPs mislead: --uneven_layers
 layers, the first half elementwise (five LayerNorm + dropout pairs each:
@@ -127,6 +129,7 @@ def Compare(name: str) -> Dict[str, Any]:
   return dict(workload=name, k=FLAGS.k, m=FLAGS.m,
               layer_ms=[round(c.step_s * 1e3, 3) for c in costs],
               flops_cells=cells['flops'], measured_cells=cells['measured'],
+              same_cells=cells['flops'] == cells['measured'],
               flops_step_s=median['flops'], measured_step_s=median['measured'],
               measured_over_flops=median['measured'] / median['flops'])
 
