@@ -9,8 +9,8 @@ from measured costs and confirmed by running it.
    balance (partition.BalancedSplits), predicted: the step's seconds by
    step_prediction from those costs, each device's peak by the planner's
    memory model of the same program, with the activations each layer's
-   traced gradient keeps (measured_costs' kept_bytes). A candidate fits if its largest
-   per-device peak is within the budget. Candidates whose steps are the
+   traced gradient keeps (measured_costs' kept_bytes). A candidate fits
+   if its largest per-device peak is within the budget. Candidates whose steps are the
    same program (same splits, actions and remat decisions: e.g. any
    schedule on one device) count once, as the first of the space's.
 3. Calibrate: a few fitting candidates run whole training steps (a
