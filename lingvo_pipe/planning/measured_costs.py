@@ -17,8 +17,8 @@ are the differences, at least 0 (a difference of two noisy medians can go
 below it). Each
 layer is built from its params with fresh variables: what it costs does
 not depend on their values. The last function's graph also tells what the
-forward keeps for the backward (kept_bytes): the planner's activations
-where FPropMeta can only count every tensor.
+forward keeps for the backward (kept_bytes): the planner's activations,
+where FPropMeta estimates them from shapes.
 """
 
 import contextlib

@@ -23,6 +23,7 @@ from lingvo_pipe.core import hyperparams
 # reads all of them first): planner.Estimate's gradients_held.
 GRADIENTS_HELD = False
 
+
 def StepSeconds(run: Callable[[int], Any], rounds: int = 3, round_s: float = 0.3) -> float:
   """The median over `rounds` rounds of the seconds per step of `run(n)`
   (runs n steps), n such that a round takes about `round_s` (at least one
