@@ -39,17 +39,18 @@ gradient is one product per step (cell/deferred_grads: where the program
 defers all of cell k's backwards without splitting them, the cell's
 LayerMeta.projections that pass StepDefers at n), whose factors for all M
 micro-batches are held to the step's end instead: factors(k), M * rows *
-(in + out) elements each. upd(k) is the largest layer's params: an
-update makes a temporary of a weight's size (a scaled gradient, an
-optimizer's step; measured with a worker process per device:
-benchmarks/device_peaks_bench.py). They are all live at the step's end where the
-step reads every gradient before it updates a weight (`gradients_held`:
-the trainer's global norm and finiteness check). Where each weight is
-updated as soon as its gradient exists (trial.Run's descent), an unrolled
-step with one micro-batch accumulates nothing in a cell whose backward
-runs inline (no recomputation: a recomputing cell's backward is one call
-that returns all its gradients at once): summed(k) is then the largest
-layer's params, the one gradient being made.
+(in + out) elements each. The accumulators are all live at the step's
+end where the step reads every gradient before it updates a weight
+(`gradients_held`: the trainer's global norm and finiteness check).
+Where each weight is updated as soon as its gradient exists (trial.Run's
+descent), an unrolled step with one micro-batch accumulates nothing in a
+cell whose backward runs inline (no recomputation: a recomputing cell's
+backward is one call that returns all its gradients at once): summed(k)
+is then the largest layer's params, the one gradient being made.
+
+upd(k) is the largest layer's params: an update makes a temporary of a
+weight's size (a scaled gradient, an optimizer's step; measured with a
+worker process per device: benchmarks/device_peaks_bench.py).
 
 act counts what each layer keeps for its backward: LayerMeta.act_bytes
 (every tensor its forward makes), or where given, the bytes measured off
