@@ -44,11 +44,13 @@ class Kept:
 
 class Marks:
   """Where, in the graph being traced, the forward starts and ends and the
-  gradient starts: call Forward() before the layer's forward, Outputs(y)
-  after it, Gradient() before tape.gradient."""
+  gradient starts and ends: call Forward() before the layer's forward,
+  Outputs(y) after it, Gradient() before tape.gradient and, if the
+  function goes on, GradientEnd() after it."""
 
   def __init__(self) -> None:
     self.forward_start = self.forward_end = self.gradient_start = 0
+    self.gradient_end: Optional[int] = None
     self.outputs: List[str] = []
 
   def Forward(self) -> None:
@@ -62,6 +64,9 @@ class Marks:
 
   def Gradient(self) -> None:
     self.gradient_start = _OpCount()
+
+  def GradientEnd(self) -> None:
+    self.gradient_end = _OpCount()
 
 
 def _OpCount() -> int:
@@ -77,7 +82,7 @@ def Read(graph: tf.Graph, marks: Marks) -> Optional[Kept]:
   outputs = set(marks.outputs)
   kept: Dict[str, tf.Tensor] = {}
   reads_inputs = False
-  for op in ops[marks.gradient_start:]:
+  for op in ops[marks.gradient_start:marks.gradient_end]:
     if op.type in _SHAPE_READERS:
       continue
     for t in op.inputs:

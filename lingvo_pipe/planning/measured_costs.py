@@ -7,18 +7,20 @@ PipeliningLayer's `layers` alone, on one device, at the micro-batch size,
 feeding each the previous one's real outputs; `Balanced` gives the params
 that balance them (cost=CostKind.GIVEN, layer_costs).
 
-Per layer three traced functions run after a warm-up: its forward (F),
-the forward and the gradient of its floating inputs (F + I), and the
-forward and the gradients of its inputs and its weights (F + I + W), each
+Per layer four traced functions run after a warm-up: its forward (F),
+the forward and the gradient of its floating inputs (F + I), the forward
+and the gradients of its inputs and its weights (F + I + W), and adding
+weight-sized tensors into accumulators (LayerCost.accumulate_s), each
 once per round in `repeats` rounds over all the layers (so that drift, a
 machine growing busier, falls alike on every layer: timed layer after
-layer, identical layers of ffn measured 8-12 ms), the median kept. I and W
-are the differences, at least 0 (a difference of two noisy medians can go
-below it). Each
-layer is built from its params with fresh variables: what it costs does
-not depend on their values. The last function's graph also tells what the
-forward keeps for the backward (kept_bytes): the planner's activations,
-where FPropMeta estimates them from shapes.
+layer, identical layers of ffn measured 8-12 ms), the median kept; each
+returns one element of each result, not the results (_FirstElements). I
+and W are the differences, at least 0 (a difference of two noisy medians
+can go below it). Each layer is built from its params with fresh
+variables: what it costs does not depend on their values. The third
+function's graph also tells what the forward keeps for the backward
+(kept_bytes): the planner's activations, where FPropMeta estimates them
+from shapes.
 """
 
 import contextlib
@@ -46,12 +48,17 @@ _MIN_SECONDS = 1e-6
 
 @dataclasses.dataclass(frozen=True)
 class LayerCost:
-  """Measured seconds of one layer on one micro-batch, and the bytes its
-  forward keeps for its backward (kept_bytes.Chain; None: unknown)."""
+  """Measured seconds of one layer on one micro-batch, the bytes its
+  forward keeps for its backward (kept_bytes.Chain; None: unknown), and the
+  seconds of adding its weight gradients into accumulators (what a
+  backward does after a step's first when it does not defer them: on ffn
+  at M=8, 16 layers of 8 MiB each, the 7 adds took 55 ms of a 0.27 s
+  step)."""
   forward_s: float
   input_grad_s: float
   weight_grad_s: float
   kept_bytes: Optional[int] = None
+  accumulate_s: float = 0.0
 
   @property
   def step_s(self) -> float:
@@ -98,10 +105,10 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
     held = kept_bytes.Chain([k for k in kept if k is not None])
   costs = []
   for per_layer, layer_held in zip(times, held):
-    forward, with_inputs, with_weights = (max(statistics.median(t) - call, _MIN_SECONDS)
-                                          for t in per_layer)
+    forward, with_inputs, with_weights, accumulate = (
+        max(statistics.median(t) - call, _MIN_SECONDS) for t in per_layer)
     costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
-                           max(with_weights - with_inputs, 0.0), layer_held))
+                           max(with_weights - with_inputs, 0.0), layer_held, accumulate))
   return costs
 
 
@@ -115,8 +122,10 @@ def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperp
 def _TracedFunctions(layer: Any, x: tuple
                      ) -> Tuple[List[Callable[[], Any]], Optional[kept_bytes.Kept]]:
   """The layer's forward, forward + input gradients, forward + all
-  gradients, traced and run once; and what the last keeps of its forward."""
+  gradients and the adds of weight-sized gradients into accumulators,
+  traced and run once; and what the third keeps of its forward."""
   weights = list(layer.trainable_variables)
+  accumulators = [tf.Variable(tf.zeros_like(w), trainable=False) for w in weights]
   floats = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]
   marks = kept_bytes.Marks()
 
@@ -133,15 +142,29 @@ def _TracedFunctions(layer: Any, x: tuple
         loss = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32))
                          for t in out if t.dtype.is_floating])
       marks.Gradient()
-      return [tf.convert_to_tensor(g) for g in tape.gradient(loss, sources) if g is not None]
+      grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, sources) if g is not None]
+      marks.GradientEnd()
+      return _FirstElements(grads)
     return Run
 
+  def Accumulate():
+    return _FirstElements([acc.assign_add(w) for acc, w in zip(accumulators, weights)])
+
   fns = [tf.function(f, autograph=False)
-         for f in (Forward, Gradients(floats) if floats else Forward,
-                   Gradients(floats + weights))]
+         for f in (lambda: _FirstElements(Forward()),
+                   Gradients(floats) if floats else lambda: _FirstElements(Forward()),
+                   Gradients(floats + weights), Accumulate)]
   for fn in fns:
     _Seconds(fn)
-  return fns, kept_bytes.Read(fns[-1].get_concrete_function().graph, marks)
+  return fns, kept_bytes.Read(fns[2].get_concrete_function().graph, marks)
+
+
+def _FirstElements(tensors: List[Any]) -> List[Any]:
+  """Each tensor's first element (none of an empty one): what a timed
+  function returns, so that its time is the computation's, not a copy of
+  its results to the host (fetching ffn's weight gradients, 8 MiB a
+  layer, took 2.2x the computation of all its gradients at 8 rows)."""
+  return [tf.reshape(t, [-1])[:1] for t in tensors]
 
 
 class _OwnRetracing(logging.Filter):

@@ -10,12 +10,13 @@ per step (Program.DefersToStepEnd: PER_CELL at M > 1) runs them once, in
 its last backward, over the whole batch: there B costs no W, and the last
 one the weight gradients measured at the whole batch (`whole_batch`; else
 M times the micro-batch's: measured on ffn, 64 rows, the whole batch's
-took 0.17 of 8 micro-batches' of 8 rows each). That is the step if the
-devices were separate machines. On one
-machine they share its cores, so the step also takes at least the sum of
-all actions over the devices' concurrency (1 where each op already fills
-the cores, K for separate machines; tuner.Calibrate measures it from whole
-steps): the prediction is the larger of the two.
+took 0.6 of 8 micro-batches' of 8 rows each). A cell that does not defer
+them adds each backward's into its accumulators but the first's
+(LayerCost.accumulate_s). That is the step if the devices were separate
+machines. On one machine they share its cores, so the step also takes at
+least the sum of all actions over the devices' concurrency (1 where each
+op already fills the cores, K for separate machines; tuner.Calibrate
+measures it from whole steps): the prediction is the larger of the two.
 """
 
 import dataclasses
@@ -47,7 +48,8 @@ def CellCosts(layer_costs: Sequence[measured_costs.LayerCost],
   """Per cell of `splits` (partition's split points) its layers' costs summed."""
   return [measured_costs.LayerCost(sum(c.forward_s for c in cell),
                                    sum(c.input_grad_s for c in cell),
-                                   sum(c.weight_grad_s for c in cell))
+                                   sum(c.weight_grad_s for c in cell),
+                                   accumulate_s=sum(c.accumulate_s for c in cell))
           for cell in partition.SplitLayers(list(layer_costs), list(splits))]
 
 
@@ -71,6 +73,8 @@ def Predict(step: program.Program, cells: Sequence[measured_costs.LayerCost],
   for c, last in _LastBackwards(step).items():
     per_action[last] += (whole_batch[c].weight_grad_s if whole_batch
                          else num_micro * cells[c].weight_grad_s)
+  for a in _Accumulations(step):
+    per_action[a] += cells[a.cell].accumulate_s
   critical = simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
   return StepSeconds(critical + overheads.step_s,
                      sum(per_action.values()) / concurrency + overheads.step_s)
@@ -86,15 +90,34 @@ def _LastBackwards(step: program.Program) -> Dict[int, Any]:
   return last
 
 
+def _Accumulations(step: program.Program) -> List[Any]:
+  """The actions that add their weight gradients into the cell's
+  accumulators: each that computes them but the cell's first on its
+  device (which assigns)."""
+  adds, seen = [], set()
+  for _, _, a in step.schedule.Positions():
+    if _MakesWeightGrads(step, a):
+      if a.cell in seen:
+        adds.append(a)
+      seen.add(a.cell)
+  return adds
+
+
+def _MakesWeightGrads(step: program.Program, a) -> bool:
+  """Whether action `a` computes its micro-batch's weight gradients (a W,
+  or a backward not split into I and W; none where they are deferred)."""
+  if a.kind in (Kind.F, Kind.REDUCE) or step.DefersToStepEnd(a.cell):
+    return False
+  split = step.decisions[(a.cell, a.micro)].split
+  return split if a.kind == Kind.W else not split
+
+
 def _ActionSeconds(step: program.Program, a, cell: measured_costs.LayerCost) -> float:
   if a.kind == Kind.F:
     return cell.forward_s
   if a.kind == Kind.REDUCE:
     return 0.0
-  split = step.decisions[(a.cell, a.micro)].split
-  recompute = step.RecomputeUnits(a.cell, a.micro) * cell.forward_s
+  weights = cell.weight_grad_s if _MakesWeightGrads(step, a) else 0.0
   if a.kind == Kind.W:
-    return cell.weight_grad_s if split else 0.0
-  if (a.kind == Kind.I and split) or step.DefersToStepEnd(a.cell):
-    return cell.input_grad_s + recompute
-  return cell.input_grad_s + cell.weight_grad_s + recompute
+    return weights
+  return cell.input_grad_s + weights + step.RecomputeUnits(a.cell, a.micro) * cell.forward_s

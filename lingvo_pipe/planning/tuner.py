@@ -179,7 +179,8 @@ def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
   scale = measured.scale.get(m, 1.0)
   return [dataclasses.replace(c, forward_s=c.forward_s * scale,
                               input_grad_s=c.input_grad_s * scale,
-                              weight_grad_s=c.weight_grad_s * scale)
+                              weight_grad_s=c.weight_grad_s * scale,
+                              accumulate_s=c.accumulate_s * scale)
           for c in measured.costs[m]]
 
 

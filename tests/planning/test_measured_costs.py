@@ -25,7 +25,8 @@ def test_every_layer_measured_on_a_micro_batch_and_balanced():
   p = _Params(layers, shape)
   costs = measured_costs.Measure(p, [tf.random.stateless_normal(shape, [1, 2])], repeats=2)
   assert len(costs) == len(layers)
-  assert all(c.forward_s > 0 and c.input_grad_s >= 0 and c.weight_grad_s >= 0 for c in costs)
+  assert all(c.forward_s > 0 and c.input_grad_s >= 0 and c.weight_grad_s >= 0 and
+             c.accumulate_s > 0 for c in costs)
   balanced = measured_costs.Balanced(p, costs)
   assert balanced.cost == partition.CostKind.GIVEN and p.cost == partition.CostKind.FLOPS
   pipe = balanced.Instantiate()
@@ -41,6 +42,7 @@ def test_a_layer_of_many_more_flops_measures_more():
   costs = measured_costs.Measure(_Params(layers, [64, 8], k=1, m=1),
                                  [tf.ones([64, 8])], repeats=3)
   assert costs[2].step_s > costs[0].step_s
+  assert costs[2].accumulate_s > costs[0].accumulate_s  # 1024 x 1024 weights against 8 x 8
 
 
 def test_bad_requests_are_named():

@@ -61,10 +61,23 @@ def test_recomputation_and_split_backwards_cost_what_the_program_says():
   assert zero_bubble.shared == 24.0
 
 
+def test_each_backward_but_a_cells_first_adds_into_its_accumulators():
+  """Adding a cell's weight gradients costs 0.5: fill-drain at M=2 on one
+  device adds once (F F B B+0.5); ZB-H1 at K=2 M=4 three times a cell,
+  in its W actions; PER_CELL at M=2 defers them (no add: as without)."""
+  adds = measured_costs.LayerCost(1.0, 1.0, 1.0, accumulate_s=0.5)
+  assert step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2), [adds], 1.0).seconds == 6.5
+  zero_bubble = _Program(ScheduleKind.ZB_H1, 2, 4)
+  assert step_prediction.Predict(zero_bubble, [adds, adds], 1.0).shared == 24.0 + 6 * 0.5
+  assert step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
+                                 [adds], 1.0).seconds == 7.0
+
+
 def test_cell_costs_sum_the_layers_of_each_cell():
-  costs = [measured_costs.LayerCost(i, 2 * i, 3 * i) for i in (1.0, 2.0, 3.0)]
+  costs = [measured_costs.LayerCost(i, 2 * i, 3 * i, accumulate_s=i) for i in (1.0, 2.0, 3.0)]
   assert step_prediction.CellCosts(costs, [1]) == [
-      measured_costs.LayerCost(1.0, 2.0, 3.0), measured_costs.LayerCost(5.0, 10.0, 15.0)]
+      measured_costs.LayerCost(1.0, 2.0, 3.0, accumulate_s=1.0),
+      measured_costs.LayerCost(5.0, 10.0, 15.0, accumulate_s=5.0)]
 
 
 def _Stack(num_layers=4, dim=64, batch=16):
