@@ -35,18 +35,18 @@ in_l(n), big(n) and tmp(n)): the device runs one backward at a time,
 so it counts the largest of its cells'.
 
 summed(k) are the gradient accumulators: params(k) but the weights whose
-gradient is one product per step (cell/deferred_grads: where the program
-defers all of cell k's backwards without splitting them, the cell's
-LayerMeta.projections that pass StepDefers at n), whose factors for all M
-micro-batches are held to the step's end instead: factors(k), M * rows *
-(in + out) elements each. The accumulators are all live at the step's
-end where the step reads every gradient before it updates a weight
-(`gradients_held`: the trainer's global norm and finiteness check).
-Where each weight is updated as soon as its gradient exists (trial.Run's
-descent), an unrolled step with one micro-batch accumulates nothing in a
-cell whose backward runs inline (no recomputation: a recomputing cell's
-backward is one call that returns all its gradients at once): summed(k)
-is then the largest layer's params, the one gradient being made.
+gradient is one product per step (where the program defers all of cell
+k's backwards without splitting them, the cell's deferral.Deferred),
+whose factors for all M micro-batches are held to the step's end
+instead: factors(k), M * rows * (in + out) elements each. The
+accumulators are all live at the step's end where the step reads every
+gradient before it updates a weight (`gradients_held`: the trainer's
+global norm and finiteness check). Where each weight is updated as soon
+as its gradient exists (trial.Run's descent), an unrolled step with one
+micro-batch accumulates nothing in a cell whose backward runs inline (no
+recomputation: a recomputing cell's backward is one call that returns
+all its gradients at once): summed(k) is then the largest layer's
+params, the one gradient being made.
 
 upd(k) is the largest layer's params: an update makes a temporary of a
 weight's size (a scaled gradient, an optimizer's step; measured with a
@@ -95,7 +95,6 @@ import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
-from lingvo_pipe.pipeline.cell import deferred_grads
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
@@ -104,6 +103,8 @@ from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.actions import ActionKind as Kind
+from lingvo_pipe.planning import deferral
+
 
 @dataclasses.dataclass
 class PlanRow:
@@ -264,8 +265,7 @@ def _CellState(cell: Sequence[_Layer], step: program.Program, k: int,
     return optimizer_slots * params + 2 * largest
   deferred = []
   if step.DefersToStepEnd(k):
-    deferred = [p for l in cell for p in l.micro.projections
-                if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
+    deferred = [p for l in cell for p in deferral.Deferred(l.micro, num_micro)]
   summed = params - sum(p.in_dim * p.out_dim * p.bytes_per_element for p in deferred)
   factors = num_micro * sum(_FactorBytes(p) for p in deferred)
   return optimizer_slots * params + summed + factors + largest

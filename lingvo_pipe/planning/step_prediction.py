@@ -5,22 +5,24 @@ action costing what its cell's layers measured (measured_costs.Measure at
 the micro-batch size): F the forwards; a backward the program splits, I
 the input gradients plus its recomputation (Program.RecomputeUnits
 forwards) and W the weight gradients; one it does not split, B all of
-them. A cell whose program defers its weight gradients to one product
-per step (Program.DefersToStepEnd: PER_CELL at M > 1) runs them once, in
-its last backward, over the whole batch: there B costs no W, and the last
-one the weight gradients measured at the whole batch (`whole_batch`; else
-M times the micro-batch's: measured on ffn, 64 rows, the whole batch's
-took 0.6 of 8 micro-batches' of 8 rows each). A cell that does not defer
-them adds each backward's into its accumulators but the first's
-(LayerCost.accumulate_s). That is the step if the devices were separate
-machines. On one machine they share its cores, so the step also takes at
-least the sum of all actions over the devices' concurrency (1 where each
-op already fills the cores, K for separate machines; tuner.Calibrate
-measures it from whole steps): the prediction is the larger of the two.
+them. A cell whose program defers weight gradients to one product per
+step (Program.DefersToStepEnd: PER_CELL at M > 1) defers those of the
+projections that pass cell/deferred_grads' size rule (deferral.Shares:
+on ffn and the uneven stack all their projections, on the transformer
+none): it runs their product once, in its last backward, over the whole
+batch (measured on ffn, 64 rows, the whole batch's took 0.6 of 8
+micro-batches' of 8 rows each), and the rest per micro-batch
+(DeferringCosts). Every backward that makes weight gradients but a
+cell's first adds them into its accumulators (LayerCost.accumulate_s).
+That is the step if the devices were separate machines. On one machine
+they share its cores, so the step also takes at least the sum of all
+actions over the devices' concurrency (1 where each op already fills the
+cores, K for separate machines; tuner.Calibrate measures it from whole
+steps): the prediction is the larger of the two.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
@@ -53,28 +55,53 @@ def CellCosts(layer_costs: Sequence[measured_costs.LayerCost],
           for cell in partition.SplitLayers(list(layer_costs), list(splits))]
 
 
+def DeferringCosts(micro: Sequence[measured_costs.LayerCost],
+                   whole_batch: Sequence[measured_costs.LayerCost],
+                   shares: Sequence[float]) -> Tuple[List[measured_costs.LayerCost],
+                                                     List[measured_costs.LayerCost]]:
+  """Per layer, what a backward that defers weight gradients costs at the
+  micro-batch (`micro` but the weight gradients and adds of the share of
+  its weights deferred) and what the deferred share's product costs once
+  per step (of `whole_batch`'s weight gradients, at the whole batch);
+  `shares` per layer (deferral.Shares)."""
+  deferring = [dataclasses.replace(c, weight_grad_s=c.weight_grad_s * (1 - s),
+                                   accumulate_s=c.accumulate_s * (1 - s))
+               for c, s in zip(micro, shares)]
+  deferred = [measured_costs.LayerCost(0.0, 0.0, c.weight_grad_s * s)
+              for c, s in zip(whole_batch, shares)]
+  return deferring, deferred
+
+
 def Predict(step: program.Program, cells: Sequence[measured_costs.LayerCost],
             concurrency: float,
             overheads: overheads_lib.Overheads = overheads_lib.Overheads(),
-            whole_batch: Sequence[measured_costs.LayerCost] = ()) -> StepSeconds:
+            deferring: Sequence[measured_costs.LayerCost] = (),
+            deferred: Sequence[measured_costs.LayerCost] = ()) -> StepSeconds:
   """The step's seconds (module docstring): `cells` per cell of the
   program's schedule (at the micro-batch), `concurrency` of its devices
-  (>= 1), `whole_batch` per cell at the whole batch (may be empty)."""
-  if (len(cells) != step.schedule.num_cells or concurrency < 1 or
-      len(whole_batch) not in (0, len(cells))):
-    raise ValueError(f'{len(cells)} cell costs ({len(whole_batch)} at the whole batch) for '
-                     f'{step.schedule.num_cells} cells, concurrency {concurrency}: give one '
-                     'cost per cell and a concurrency >= 1.')
+  (>= 1); per cell where its backwards defer weight gradients, `deferring`
+  and `deferred` (DeferringCosts, summed per cell; if not given, all its
+  weight gradients defer, M micro-batches' worth)."""
+  counts = {len(cells), len(deferring) or len(cells), len(deferred) or len(cells)}
+  if counts != {step.schedule.num_cells} or concurrency < 1:
+    raise ValueError(f'{len(cells)} cell costs ({len(deferring)} deferring, {len(deferred)} '
+                     f'deferred) for {step.schedule.num_cells} cells, concurrency '
+                     f'{concurrency}: give one cost per cell and a concurrency >= 1.')
+  num_micro = step.schedule.num_micro_batches
+  if not deferring:
+    deferring = [dataclasses.replace(c, weight_grad_s=0.0, accumulate_s=0.0) for c in cells]
+  if not deferred:
+    deferred = [measured_costs.LayerCost(0.0, 0.0, num_micro * c.weight_grad_s) for c in cells]
+  costs = [deferring[c] if step.DefersToStepEnd(c) else cells[c] for c in range(len(cells))]
   extra = (overheads.loop_action_s if step.emission == program.Emission.LOOP
            else overheads.action_s)
-  per_action: Dict[Any, float] = {a: _ActionSeconds(step, a, cells[a.cell]) + extra
-                                  for _, _, a in step.schedule.Positions()}
-  num_micro = step.schedule.num_micro_batches
+  per_action: Dict[Any, float] = {
+      a: _ActionSeconds(step, a, costs[a.cell]) + extra
+      for _, _, a in step.schedule.Positions()}
   for c, last in _LastBackwards(step).items():
-    per_action[last] += (whole_batch[c].weight_grad_s if whole_batch
-                         else num_micro * cells[c].weight_grad_s)
+    per_action[last] += deferred[c].weight_grad_s
   for a in _Accumulations(step):
-    per_action[a] += cells[a.cell].accumulate_s
+    per_action[a] += costs[a.cell].accumulate_s
   critical = simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
   return StepSeconds(critical + overheads.step_s,
                      sum(per_action.values()) / concurrency + overheads.step_s)
@@ -105,8 +132,9 @@ def _Accumulations(step: program.Program) -> List[Any]:
 
 def _MakesWeightGrads(step: program.Program, a) -> bool:
   """Whether action `a` computes its micro-batch's weight gradients (a W,
-  or a backward not split into I and W; none where they are deferred)."""
-  if a.kind in (Kind.F, Kind.REDUCE) or step.DefersToStepEnd(a.cell):
+  or a backward not split into I and W; where they are deferred, those
+  not deferred)."""
+  if a.kind in (Kind.F, Kind.REDUCE):
     return False
   split = step.decisions[(a.cell, a.micro)].split
   return split if a.kind == Kind.W else not split

@@ -38,6 +38,7 @@ from lingvo_pipe.pipeline.layout import plan as plan_lib
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.planning import deferral
 from lingvo_pipe.planning import measured_costs
 from lingvo_pipe.planning import overheads as overheads_lib
 from lingvo_pipe.planning import planner
@@ -113,13 +114,16 @@ class Row:
 @dataclasses.dataclass(frozen=True)
 class Measurements:
   """Per micro-batch count M the layers' costs at its micro-batch size, the
-  step's overheads, and the calibration by whole steps (Calibrate): per M
-  the factor from the layers' seconds alone to the unpipelined step's
-  (`scale`), per device count the devices' concurrency."""
+  step's overheads, per M each layer's share of weights whose gradients a
+  deferring backward defers (deferral.Shares; none given: all), and the
+  calibration by whole steps (Calibrate): per M the factor from the
+  layers' seconds alone to the unpipelined step's (`scale`), per device
+  count the devices' concurrency."""
   costs: Dict[int, List[measured_costs.LayerCost]]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
   concurrency: Dict[int, float] = dataclasses.field(default_factory=dict)
+  deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
 
 
 def _Batch(pipeline: hyperparams.Params) -> int:
@@ -146,12 +150,15 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], space: Space,
             devices: Sequence[str], repeats: int = 3) -> Measurements:
   """Each layer timed alone at every M of the space (on devices[0]), and
   the overheads (with two devices or more); not yet calibrated."""
-  costs = {}
+  costs, shares = {}, {}
+  contract = micro_batch.Contract.FromParams(pipeline)
   for m in MicroBatchCounts(pipeline, space):
     p = pipeline.Copy().Set(num_micro_batches=m, micro_batch_size=0)
     costs[m] = measured_costs.Measure(p, inputs, repeats, devices[0])
+    micro_shapes = contract.SplitShapes(layer_meta.Shapes(*pipeline.input_shapes), m)
+    shares[m] = deferral.Shares(pipeline.layers, micro_shapes, m)
   extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
-  return Measurements(costs, extra)
+  return Measurements(costs, extra, deferred_shares=shares)
 
 
 def _Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
@@ -167,11 +174,15 @@ def _Predict(candidate: Candidate, step: program.Program,
              measured: Measurements) -> step_prediction.StepSeconds:
   """The seconds of `candidate`'s training step `step` (_Program)."""
   m = candidate.num_micro_batches
-  whole = (step_prediction.CellCosts(_Scaled(measured, 1), candidate.splits)
-           if 1 in measured.costs else [])
-  return step_prediction.Predict(
-      step, step_prediction.CellCosts(_Scaled(measured, m), candidate.splits),
-      measured.concurrency.get(candidate.num_devices, 1.0), measured.overheads, whole)
+  micro = _Scaled(measured, m)
+  whole = (_Scaled(measured, 1) if 1 in measured.costs else
+           [dataclasses.replace(c, weight_grad_s=m * c.weight_grad_s) for c in micro])
+  deferring, deferred = step_prediction.DeferringCosts(
+      micro, whole, measured.deferred_shares.get(m, [1.0] * len(micro)))
+  cells = [step_prediction.CellCosts(c, candidate.splits) for c in (micro, deferring, deferred)]
+  return step_prediction.Predict(step, cells[0],
+                                 measured.concurrency.get(candidate.num_devices, 1.0),
+                                 measured.overheads, cells[1], cells[2])
 
 
 def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
@@ -273,7 +284,8 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
       continue
     probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
     step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
-    layers = _Predict(probe.candidate, step, Measurements(measured.costs)).seconds
+    layers = _Predict(probe.candidate, step,
+                      dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
     overhead = probe.predicted.seconds - layers
     scale[m] = max(probe.measured_s - overhead, 0.0) / layers if layers > 0 else 1.0
   for m in measured.costs:

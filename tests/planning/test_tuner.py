@@ -54,9 +54,19 @@ def test_recomputation_and_split_backwards_cost_what_the_program_says():
   # PER_CELL at M=2 defers the weight gradients to one product over the
   # whole batch, in the last backward: F F, I, I + F again, W once (0.5 at
   # the whole batch, given; else M = 2 micro-batches' worth, as above).
-  whole = measured_costs.LayerCost(2.0, 2.0, 0.5)
+  deferred = measured_costs.LayerCost(0.0, 0.0, 0.5)
   assert step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
-                                 [UNIT], 1.0, whole_batch=[whole]).seconds == 5.5
+                                 [UNIT], 1.0, deferred=[deferred]).seconds == 5.5
+  # A quarter of the weights deferred (DeferringCosts): each backward makes
+  # the other 3/4 of W (0.75) and the second adds them (0.75 of 0.5), the
+  # deferred quarter's product at the whole batch is 0.25 of 2.
+  adds = measured_costs.LayerCost(1.0, 1.0, 1.0, accumulate_s=0.5)
+  deferring, deferred_part = step_prediction.DeferringCosts(
+      [adds], [measured_costs.LayerCost(3.0, 3.0, 2.0)], [0.25])
+  assert step_prediction.Predict(_Program(ScheduleKind.GPIPE, 1, 2, RematPolicy.PER_CELL),
+                                 [adds], 1.0, deferring=deferring,
+                                 deferred=deferred_part).seconds == (
+                                     5.0 + 2 * 0.75 + 0.75 * 0.5 + 0.25 * 2)
   zero_bubble = step_prediction.Predict(_Program(ScheduleKind.ZB_H1, 2, 4), [UNIT, UNIT], 1.0)
   assert zero_bubble.shared == 24.0
 
