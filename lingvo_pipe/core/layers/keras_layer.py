@@ -286,12 +286,7 @@ def _CheckSupported(sub: Any, name: str) -> None:
   """Raises KerasLayerError if (sub)layer `sub` has state or side channels
   that a pipeline cannot honour, with the fix."""
   what = _What(name, sub)
-  policy = sub.dtype_policy.name
-  if policy != 'float32':
-    raise KerasLayerError(
-        f'{what} has the dtype policy {policy!r}; Keras layers run in float32 only '
-        "for now: build them under keras.mixed_precision.set_global_policy('float32') "
-        "(or dtype='float32').")
+  CheckFloat32(sub, what)
   if isinstance(sub, keras.layers.BatchNormalization) and sub.trainable:
     raise KerasLayerError(
         f'{what} updates its moving statistics in call, which a pipeline (one call '
@@ -312,7 +307,24 @@ def _CheckSupported(sub: Any, name: str) -> None:
     raise KerasLayerError(
         f'{what} makes a mask that Keras hands to later layers on the side, which '
         "a pipeline's cells do not carry; pass paddings as an input instead.")
-  regularizers = sorted(k for k, v in vars(sub).items()
+  CheckNoRegularizers(sub, what)
+
+
+def CheckFloat32(layer: Any, what: str) -> None:
+  """Raises KerasLayerError (naming `what`) unless the Keras `layer` runs
+  in float32."""
+  policy = layer.dtype_policy.name
+  if policy != 'float32':
+    raise KerasLayerError(
+        f'{what} has the dtype policy {policy!r}; Keras layers run in float32 only '
+        "for now: build them under keras.mixed_precision.set_global_policy('float32') "
+        "(or dtype='float32').")
+
+
+def CheckNoRegularizers(layer: Any, what: str) -> None:
+  """Raises KerasLayerError (naming `what`) if the Keras `layer` has
+  regularizers, whose losses the pipeline would drop."""
+  regularizers = sorted(k for k, v in vars(layer).items()
                         if k.endswith('regularizer') and v is not None)
   if regularizers:
     raise KerasLayerError(

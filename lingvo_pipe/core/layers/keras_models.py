@@ -20,6 +20,8 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers.keras_layer import BuiltKerasLayer
+from lingvo_pipe.core.layers.keras_layer import CheckFloat32
+from lingvo_pipe.core.layers.keras_layer import CheckNoRegularizers
 from lingvo_pipe.core.layers.keras_layer import KerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayerError
 from lingvo_pipe.core.layers.keras_layer import NewModel
@@ -185,14 +187,14 @@ def _BatchNormParams(layer: Any, name: str,
   """A trainable Keras BatchNormalization as BatchNormLayer params; built
   (its weights are copied both ways) if it was not."""
   what = f'Keras BatchNormalization {layer.name!r}'
+  CheckFloat32(layer, what)
+  CheckNoRegularizers(layer, what)
   unsupported = [k for k in ('renorm', 'synchronized') if getattr(layer, k, False)]
   unsupported += [k for k in ('center', 'scale') if not getattr(layer, k)]
-  unsupported += [k for k in ('beta_regularizer', 'gamma_regularizer')
-                  if getattr(layer, k) is not None]
   if unsupported:
     raise KerasLayerError(f'{what} sets {unsupported}; BatchNormLayer has a trainable '
-                          'gamma and beta and neither renormalization, cross-replica '
-                          'statistics nor regularizers: build it with the defaults.')
+                          'gamma and beta and neither renormalization nor cross-replica '
+                          'statistics: build it with the defaults.')
   if layer.axis not in (-1, shapes[0].rank - 1):
     raise KerasLayerError(f'{what} normalizes axis {layer.axis}; BatchNormLayer '
                           'normalizes the last axis: move the channels last.')
@@ -201,9 +203,6 @@ def _BatchNormParams(layer: Any, name: str,
                           'it maps to normalization.BatchNormLayer, which takes one '
                           'input of rank 2 or 4 (channels last).')
   shape = shapes[0]
-  if layer.dtype_policy.name != 'float32':
-    raise KerasLayerError(f'{what} has the dtype policy {layer.dtype_policy.name!r}; '
-                          'Keras layers run in float32 only for now.')
   if not layer.built:
     layer(keras.KerasTensor(tuple(shape.as_list())))
   return normalization.BatchNormLayer.Params().Set(

@@ -403,6 +403,13 @@ def _Refusals():
       'batch_norm_renorm': (
           lambda: [keras.layers.BatchNormalization(renorm=True, name='bn')],
           r"Keras BatchNormalization 'bn' sets \['renorm'\].*build it with the defaults"),
+      'batch_norm_mixed_precision': (
+          lambda: [keras.layers.BatchNormalization(dtype='mixed_bfloat16', name='bn')],
+          r"Keras BatchNormalization 'bn' has the dtype policy 'mixed_bfloat16'.*float32 "
+          r'only'),
+      'batch_norm_regularizer': (
+          lambda: [keras.layers.BatchNormalization(gamma_regularizer='l2', name='bn')],
+          r"Keras BatchNormalization 'bn' has regularizers \['gamma_regularizer'\]"),
       'batch_norm_on_an_inner_axis': (
           lambda: [keras.layers.BatchNormalization(axis=1, name='bn')],
           r"Keras BatchNormalization 'bn' normalizes axis 1.*move the channels last"),
