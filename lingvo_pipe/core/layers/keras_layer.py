@@ -9,10 +9,10 @@ weights it is given, with the values of theta. The Keras layer's own
 variables are a template: never read by FProp, never in theta or checkpoints.
 
 Keras layers with state the project cannot honour are refused as they are
-built (`KerasLayerError`): random layers (a Keras SeedGenerator: Dropout,
-GaussianNoise, ...), a trainable BatchNormalization (KerasLayers maps
-one in the chain itself to the project's batch norm), stateful RNNs, masks, regularizers
-and mixed-precision policies. keras_models.py turns a Keras model into a
+built (keras_refusals: random layers, a trainable BatchNormalization,
+which KerasLayers maps to the project's batch norm when it is in the
+chain itself, stateful RNNs, masks, regularizers and mixed-precision
+policies). keras_models.py turns a Keras model into a
 PipeliningLayer's layers and moves weights between the two.
 """
 
@@ -28,15 +28,13 @@ from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import precision
 from lingvo_pipe.core import weights
+from lingvo_pipe.core.layers import keras_refusals
+from lingvo_pipe.core.layers.keras_refusals import KerasLayerError
 from lingvo_pipe.core.nested_map import NestedMap
 
 # Keras 3, the one TensorFlow exports; tf.keras keeps the imports to the
 # packages the project depends on.
 keras = tf.keras
-
-
-class KerasLayerError(ValueError):
-  """A Keras layer that a KerasLayer cannot run with the project's guarantees."""
 
 
 class KerasLayer(base_layer.BaseLayer):
@@ -119,14 +117,14 @@ class KerasLayer(base_layer.BaseLayer):
                if new is not old]
     if changed:
       raise KerasLayerError(
-          f'{_What(self.params.name, layer)} assigns its non-trainable weights '
+          f'{keras_refusals.What(self.params.name, layer)} assigns its non-trainable weights '
           f'{changed} in call; a pipeline calls a layer once per micro-batch and '
           'again when it recomputes, so such updates cannot be honoured. Keep '
           'statistics in a lingvo_pipe layer with FPropWithUpdates (as '
           'normalization.BatchNormLayer does).')
     if losses:
       raise KerasLayerError(
-          f'{_What(self.params.name, layer)} adds {len(losses)} loss(es) in call '
+          f'{keras_refusals.What(self.params.name, layer)} adds {len(losses)} loss(es) in call '
           '(add_loss), which the pipeline would drop; return the term as an '
           "output and add it to the loss (PipeliningLayer's summed_outputs).")
     return tuple(outputs) if isinstance(outputs, (list, tuple)) else outputs
@@ -153,7 +151,7 @@ class KerasLayer(base_layer.BaseLayer):
       _CheckInputSpec(layer, shapes)
       spec = layer.compute_output_spec(*specs)
     except (ValueError, TypeError, tf.errors.OpError) as e:
-      raise ValueError(f'{_What(params.name, layer)} does not take inputs of shapes '
+      raise ValueError(f'{keras_refusals.What(params.name, layer)} does not take inputs of shapes '
                        f'{[str(s) for s in shapes]}: {e}') from None
     specs_out = list(spec) if isinstance(spec, (list, tuple)) else [spec]
     out_shapes = tuple(tf.TensorShape(s.shape) for s in specs_out)
@@ -197,16 +195,16 @@ def BuiltKerasLayer(params: hyperparams.Params, layer: Optional[Any] = None) -> 
     raise TypeError(f'KerasLayer {name!r}: p.factory returned {type(layer).__name__}, '
                     'not a Keras layer.')
   for sub in _SubLayers(layer):
-    _CheckSupported(sub, name)
+    keras_refusals.CheckSupported(sub, name)
   if not layer.built:
     if params.input_shapes is None:
-      raise ValueError(f'{_What(name, layer)} is not built; set p.input_shapes '
+      raise ValueError(f'{keras_refusals.What(name, layer)} is not built; set p.input_shapes '
                        '(e.g. [[None, 16]]) or build it before.')
     layer(*[keras.KerasTensor(tuple(tf.TensorShape(s).as_list()))
             for s in params.input_shapes])
     for sub in _SubLayers(layer):  # sublayers built by the call
-      _CheckSupported(sub, name)
-  _CheckWeights(layer, name)
+      keras_refusals.CheckSupported(sub, name)
+  keras_refusals.CheckWeights(layer, name)
   return layer
 
 
@@ -271,80 +269,11 @@ def _CheckInputSpec(layer: Any, shapes: Sequence[tf.TensorShape]) -> None:
         raise ValueError(f'expected dim {axis} of the inputs to be {size}, got {shape}')
 
 
-def _What(name: str, layer: Any) -> str:
-  return f'KerasLayer {name!r}: Keras layer {layer.name!r} ({type(layer).__name__})'
-
-
 def _SubLayers(layer: Any) -> List[Any]:
   """The layer and its sublayers, recursively: Keras's own walk, which
   Keras has no public name for."""
   walk = layer._flatten_layers  # pylint: disable=protected-access
   return list(walk(include_self=True, recursive=True))
-
-
-def _CheckSupported(sub: Any, name: str) -> None:
-  """Raises KerasLayerError if (sub)layer `sub` has state or side channels
-  that a pipeline cannot honour, with the fix."""
-  what = _What(name, sub)
-  CheckFloat32(sub, what)
-  if isinstance(sub, keras.layers.BatchNormalization) and sub.trainable:
-    raise KerasLayerError(
-        f'{what} updates its moving statistics in call, which a pipeline (one call '
-        'per micro-batch, again when it recomputes) cannot honour; put it in the chain '
-        'itself (KerasLayers maps it to normalization.BatchNormLayer, whose statistics '
-        'the pipeline updates once per step), or freeze it (trainable=False).')
-  if getattr(sub, 'stateful', False) is True:
-    raise KerasLayerError(
-        f'{what} is stateful: it carries states between batches in variables, which '
-        "micro-batches and recomputation would corrupt; build it with stateful=False.")
-  if any(isinstance(v, keras.random.SeedGenerator) for v in vars(sub).values()):
-    raise KerasLayerError(
-        f'{what} draws random numbers from a Keras SeedGenerator, whose numbers would '
-        'change with the micro-batches and differ when a cell recomputes; use '
-        "lingvo_pipe's dropout.DropoutLayer instead (KerasLayers turns a Keras "
-        'Dropout among the layers it is given into one), or set its rate to 0.')
-  if getattr(sub, 'mask_zero', False) is True or isinstance(sub, keras.layers.Masking):
-    raise KerasLayerError(
-        f'{what} makes a mask that Keras hands to later layers on the side, which '
-        "a pipeline's cells do not carry; pass paddings as an input instead.")
-  CheckNoRegularizers(sub, what)
-
-
-def CheckFloat32(layer: Any, what: str) -> None:
-  """Raises KerasLayerError (naming `what`) unless the Keras `layer` runs
-  in float32."""
-  policy = layer.dtype_policy.name
-  if policy != 'float32':
-    raise KerasLayerError(
-        f'{what} has the dtype policy {policy!r}; Keras layers run in float32 only '
-        "for now: build them under keras.mixed_precision.set_global_policy('float32') "
-        "(or dtype='float32').")
-
-
-def CheckNoRegularizers(layer: Any, what: str) -> None:
-  """Raises KerasLayerError (naming `what`) if the Keras `layer` has
-  regularizers, whose losses the pipeline would drop."""
-  regularizers = sorted(k for k, v in vars(layer).items()
-                        if k.endswith('regularizer') and v is not None)
-  if regularizers:
-    raise KerasLayerError(
-        f'{what} has regularizers {regularizers}, whose losses (Keras\'s '
-        'model.losses) the pipeline would drop; remove them and add the term to '
-        'your loss (or use the trainer\'s regularization).')
-
-
-def _CheckWeights(layer: Any, name: str) -> None:
-  """Raises KerasLayerError for variables that are not float32 weights."""
-  weight_ids = {id(w) for w in layer.weights}
-  state = [v.path for v in layer.variables if id(v) not in weight_ids]
-  if state:
-    raise KerasLayerError(f'{_What(name, layer)} holds state that is no weight '
-                          f'(seed generators, metrics): {state}; remove it.')
-  other = [(w.path, tf.as_dtype(w.dtype).name) for w in layer.weights
-           if tf.as_dtype(w.dtype) != tf.float32]
-  if other:
-    raise KerasLayerError(f'{_What(name, layer)} has weights that are not float32: '
-                          f'{other}; only float32 weights are supported for now.')
 
 
 def _WeightNames(layer: Any, name: str) -> List[str]:
@@ -355,19 +284,19 @@ def _WeightNames(layer: Any, name: str) -> List[str]:
   for w in layer.weights:
     if not w.path.startswith(prefix):
       raise KerasLayerError(
-          f'{_What(name, layer)}: weight {w.path!r} lies outside the layer\'s path '
+          f'{keras_refusals.What(name, layer)}: weight {w.path!r} lies outside the layer\'s path '
           f'{layer.path!r} (a weight shared with another layer?); tied weights '
           'across Keras layers are not supported.')
     var_name = w.path[len(prefix):].replace('/', '__')
     if not var_name.isidentifier():
       raise KerasLayerError(
-          f'{_What(name, layer)}: weight path {w.path!r} makes the variable name '
+          f'{keras_refusals.What(name, layer)}: weight path {w.path!r} makes the variable name '
           f'{var_name!r}, not an identifier; name the Keras (sub)layers with '
           'letters, digits and underscores.')
     names.append(var_name)
   repeated = sorted({n for n in names if names.count(n) > 1})
   if repeated:
-    raise KerasLayerError(f'{_What(name, layer)}: several weights are named {repeated}; '
+    raise KerasLayerError(f'{keras_refusals.What(name, layer)}: several weights are named {repeated}; '
                           'give its sublayers distinct names.')
   return names
 

@@ -18,7 +18,7 @@ from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import keras_layer
 from lingvo_pipe.core.layers import keras_models
 from lingvo_pipe.core.layers import normalization
-from lingvo_pipe.core.layers.keras_layer import KerasLayerError
+from lingvo_pipe.core.layers.keras_refusals import KerasLayerError
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.schedules.built_in import ScheduleKind
 
