@@ -8,9 +8,8 @@ the deferred ones' factors instead of accumulators; the step prediction
 charges their product once per step.
 """
 
-from typing import Any, List, Sequence
+from typing import List, Sequence
 
-from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline.cell import deferred_grads
 
@@ -22,16 +21,12 @@ def Deferred(meta: layer_meta.LayerMeta, num_micro: int) -> List[layer_meta.Proj
           if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
 
 
-def Shares(layers: Sequence[hyperparams.Params], micro_shapes: Any,
-           num_micro: int) -> List[float]:
-  """Per layer of the chain `layers` fed a micro-batch of `micro_shapes`,
-  the share of its weight bytes whose gradients are Deferred (0 without
-  weights)."""
-  shares, shapes = [], micro_shapes
-  for p in layers:
-    meta = p.cls.FPropMeta(p, *shapes)
+def Shares(metas: Sequence[layer_meta.LayerMeta], num_micro: int) -> List[float]:
+  """Per layer (its `metas` at the micro-batch), the share of its weight
+  bytes whose gradients are Deferred (0 without weights)."""
+  shares = []
+  for meta in metas:
     deferred = sum(q.in_dim * q.out_dim * q.bytes_per_element
                    for q in Deferred(meta, num_micro))
     shares.append(min(deferred / meta.param_bytes, 1.0) if meta.param_bytes else 0.0)
-    shapes = meta.out_shapes
   return shares

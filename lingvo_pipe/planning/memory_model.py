@@ -104,8 +104,8 @@ def Profile(layers: Sequence[hyperparams.Params], shapes: tuple, micro_shapes: t
   pipeline's inputs) and at the micro-batch (`micro_shapes`); with
   `kept_bytes` (per layer, measured at the micro-batch), those as what its
   forward keeps."""
-  full = _Chain(layers, shapes)
-  micro = _Chain(layers, micro_shapes)
+  full = Chain(layers, shapes)
+  micro = Chain(layers, micro_shapes)
   profile = [Layer(f, m, _InBytes(p, f_in), _InBytes(p, m_in), m.act_bytes)
              for p, (f_in, f), (m_in, m) in zip(layers, full, micro)]
   if kept_bytes:
@@ -132,7 +132,7 @@ def DeviceBytes(cells: Sequence[Sequence[Layer]], step: program.Program,
 
 
 
-def _Chain(layers: Sequence[hyperparams.Params],
+def Chain(layers: Sequence[hyperparams.Params],
            shapes: tuple) -> List[Tuple[tuple, layer_meta.LayerMeta]]:
   """(input shapes, meta) of each layer, chaining output shapes."""
   chain = []

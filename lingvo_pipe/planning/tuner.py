@@ -10,9 +10,10 @@ from measured costs and confirmed by running it.
    step_prediction from those costs, each device's peak by the planner's
    memory model of the same program, with the activations each layer's
    traced gradient keeps (measured_costs' kept_bytes). A candidate fits
-   if its largest per-device peak is within the budget. Candidates whose steps are the
-   same program (same splits, actions and remat decisions: e.g. any
-   schedule on one device) count once, as the first of the space's.
+   if its largest per-device peak is within the budget. Candidates whose
+   steps are the same program (same splits, actions and remat decisions:
+   e.g. any schedule on one device) count once, as the first of the
+   space's.
 3. Calibrate: a few fitting candidates run whole training steps (a
    `trial`: planning/trial.py's, or the trainer's): the unpipelined step
    at each M (how much faster the layers run together than alone) and a
@@ -40,6 +41,7 @@ from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.planning import deferral
 from lingvo_pipe.planning import measured_costs
+from lingvo_pipe.planning import memory_model
 from lingvo_pipe.planning import overheads as overheads_lib
 from lingvo_pipe.planning import planner
 from lingvo_pipe.planning import step_prediction
@@ -156,7 +158,8 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], space: Space,
     p = pipeline.Copy().Set(num_micro_batches=m, micro_batch_size=0)
     costs[m] = measured_costs.Measure(p, inputs, repeats, devices[0])
     micro_shapes = contract.SplitShapes(layer_meta.Shapes(*pipeline.input_shapes), m)
-    shares[m] = deferral.Shares(pipeline.layers, micro_shapes, m)
+    shares[m] = deferral.Shares(
+        [meta for _, meta in memory_model.Chain(pipeline.layers, micro_shapes)], m)
   extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
   return Measurements(costs, extra, deferred_shares=shares)
 

@@ -20,7 +20,7 @@ def test_a_projection_defers_where_its_factors_are_no_bigger_than_its_weight():
   the bias's. 2048 -> 32 has factors of 64 x 2080, more than its 2048 x 32
   weight: nothing of it defers."""
   layers = [_Projection('wide', 512, 2048), _Projection('narrow', 2048, 32)]
-  shares = deferral.Shares(layers, (tf.TensorShape([8, 512]),), num_micro=8)
-  assert shares == [512 * 2048 / (512 * 2048 + 2048), 0.0]
   wide = layers[0].cls.FPropMeta(layers[0], tf.TensorShape([8, 512]))
+  narrow = layers[1].cls.FPropMeta(layers[1], *wide.out_shapes)
+  assert deferral.Shares([wide, narrow], num_micro=8) == [512 * 2048 / (512 * 2048 + 2048), 0.0]
   assert deferral.Deferred(wide, 8) == list(wide.projections) and len(wide.projections) == 1
