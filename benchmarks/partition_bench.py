@@ -83,7 +83,9 @@ def Workload(name: str) -> Tuple[List[Any], List[int]]:
 def _TrainStep(pipeline_params):
   """The pipeline's traced training step, and its cells' layer indices."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core import step_seeds  # pylint: disable=g-import-not-at-top
   pipe = pipeline_params.Instantiate()
+  seeds = step_seeds.Counter()  # new dropout masks each step, as in training
 
   def Loss(out):
     return tf.reduce_mean(tf.cast(out[0] if isinstance(out, tuple) else out, tf.float32))
@@ -91,7 +93,7 @@ def _TrainStep(pipeline_params):
   @tf.function(autograph=False)
   def Step(x):
     with tf.GradientTape() as tape:
-      loss, _ = pipe.FPropWithLoss(pipe.theta, Loss, x)
+      loss, _ = pipe.FPropWithLoss(seeds.Next(pipe.theta), Loss, x)
     return [g for g in tape.gradient(loss, pipe.trainable_variables) if g is not None]
 
   return Step, pipe.CellLayerIndices()

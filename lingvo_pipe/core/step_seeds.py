@@ -23,6 +23,25 @@ def WithStepSeed(theta: NestedMap, step_seed: Any) -> NestedMap:
   return _Replace(theta, step_seed)
 
 
+class Counter:
+  """Step seeds for steps that run without a trainer (whose global step
+  seeds them): each Next is [n, 0] for the n-th call. A constant seed (the
+  theta's own, zeros) would let Grappler fold every dropout mask into a
+  constant of the step's graph, drawn once and held between steps: on
+  the tuner's uneven stack (docs/benchmarks/tuning.md) at K=1 M=8 1F1B
+  the step measured 13% faster and its peak 77 MB, against the 55 MB
+  of a varying seed."""
+
+  def __init__(self) -> None:
+    self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name='step_seed_counter')
+
+  def Next(self, theta: NestedMap) -> NestedMap:
+    """`theta` with the next step seed (unchanged if no layer of it uses one)."""
+    if not any(k.split('.')[-1] == KEY for k, _ in theta.FlattenItems()):
+      return theta
+    return WithStepSeed(theta, tf.stack([self._step.assign_add(1), 0]))
+
+
 def _Replace(value: Any, step_seed: tf.Tensor) -> Any:
   if isinstance(value, dict):
     out = NestedMap()

@@ -14,7 +14,10 @@ weight-sized tensors into accumulators (LayerCost.accumulate_s), each
 once per round in `repeats` rounds over all the layers (so that drift, a
 machine growing busier, falls alike on every layer: timed layer after
 layer, identical layers of ffn measured 8-12 ms), the median kept; each
-returns one element of each result, not the results (_FirstElements). I
+returns one element of each result, not the results (_FirstElements),
+and a layer that draws dropout masks draws new ones each run, as in
+training (step_seeds.Counter: from a constant seed Grappler would fold
+them into constants, never drawn). I
 and W are the differences, at least 0 (a difference of two noisy medians
 can go below it). Each layer is built from its params with fresh
 variables: what it costs does not depend on their values. The third
@@ -34,6 +37,7 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
@@ -88,9 +92,10 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   x = contract.SplitInputs(tuple(inputs), num_micro)[0]
   functions, kept = [], []
   with tf.device(device), _QuietRetracing():
+    seeds = step_seeds.Counter()
     for p in base_params.WithInheritedBaseParams(pipeline).layers:
       layer = p.Instantiate()
-      fns, layer_kept = _TracedFunctions(layer, x)
+      fns, layer_kept = _TracedFunctions(layer, x, seeds)
       functions.append(fns)
       kept.append(layer_kept)
       x = containers.AsTuple(layer.FProp(layer.theta, *x))
@@ -119,7 +124,7 @@ def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperp
                              layer_costs=[c.step_s for c in costs])
 
 
-def _TracedFunctions(layer: Any, x: tuple
+def _TracedFunctions(layer: Any, x: tuple, seeds: step_seeds.Counter
                      ) -> Tuple[List[Callable[[], Any]], Optional[kept_bytes.Kept]]:
   """The layer's forward, forward + input gradients, forward + all
   gradients and the adds of weight-sized gradients into accumulators,
@@ -130,7 +135,7 @@ def _TracedFunctions(layer: Any, x: tuple
   marks = kept_bytes.Marks()
 
   def Forward():
-    return tf.nest.flatten(layer.FProp(layer.theta, *x))
+    return tf.nest.flatten(layer.FProp(seeds.Next(layer.theta), *x))
 
   def Gradients(sources: List[Any]) -> Callable[[], Any]:
     def Run():

@@ -3,7 +3,8 @@ of its predictions where no trainer runs the model (benchmarks, notebooks).
 
 The step is the pipeline's alone: the loss inside it (FPropWithLoss, the
 mean square of its first output, so every schedule trains), every gradient,
-and plain gradient descent on the weights. The peak is the allocator's over
+and plain gradient descent on the weights; each step draws new dropout
+masks, as a trainer's (step_seeds.Counter). The peak is the allocator's over
 the timed steps (warm-up excluded), less what it held before the pipeline
 was built: tf.config.experimental.get_memory_info, which on CPU needs
 TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (else None). On CPU
@@ -18,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import step_seeds
 
 # Run's step updates each weight as soon as its gradient exists (nothing
 # reads all of them first): planner.Estimate's gradients_held.
@@ -69,11 +71,13 @@ def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
 
 
 def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]
-                  ) -> Callable[[int], None]:
+                  ) -> Callable[[int], float]:
   """Builds the PipeliningLayer `pipeline` (on its default devices) and
-  returns a runner of n training steps on `inputs` (module docstring)."""
+  returns a runner of n training steps on `inputs` (module docstring)
+  that returns the last step's loss."""
   pipe = pipeline.Instantiate()
   variables = pipe.trainable_variables
+  seeds = step_seeds.Counter()
 
   def Loss(out: Any) -> tf.Tensor:
     first = tf.nest.flatten(out)[0]
@@ -82,16 +86,18 @@ def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]
   @tf.function(autograph=False)
   def Step(*x):
     with tf.GradientTape() as tape:
-      loss = pipe.FPropWithLoss(pipe.theta, Loss, *x)[0]
+      loss = pipe.FPropWithLoss(seeds.Next(pipe.theta), Loss, *x)[0]
     for v, g in zip(variables, tape.gradient(loss, variables)):
       if g is not None:
         with tf.device(v.device):
           v.assign_sub(1e-6 * tf.convert_to_tensor(g))
     return loss
 
-  def Steps(n: int) -> None:
+  def Steps(n: int) -> float:
+    loss = 0.0
     for _ in range(n):
-      Step(*inputs).numpy()
+      loss = float(Step(*inputs).numpy())
+    return loss
 
   return Steps
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 from lingvo_pipe.core import eval_mode
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.core.layers import dropout
+from lingvo_pipe.core.layers import linear
 from lingvo_pipe.core import step_seeds
 
 KEEP = 0.75
@@ -215,3 +216,18 @@ def test_unknown_shape_draws_the_static_shape_mask():
       tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), theta),
       tf.TensorSpec([None, None], tf.float32)])
   np.testing.assert_array_equal(dynamic(theta, x).numpy(), layer.FProp(theta, x).numpy())
+
+
+def test_a_step_seed_counter_draws_new_masks_each_step_in_a_function():
+  """step_seeds.Counter: step n of a traced step draws the masks of seed
+  [n, 0], not the theta's constant zeros (which Grappler would fold into
+  one mask for every step); a theta without step seeds is left as is."""
+  layer, x, seeds = _Dropout(), _X(4, 16), step_seeds.Counter()
+  step = tf.function(lambda: layer.FProp(seeds.Next(layer.theta), x), autograph=False)
+  masks = [(step().numpy() != 0).astype(np.float32) for _ in range(3)]
+  for n, mask in enumerate(masks, start=1):
+    np.testing.assert_array_equal(mask, _Mask(layer, [n, 0]))
+  assert not np.array_equal(masks[0], masks[1])
+  plain = linear.ProjectionLayer.Params().Set(name='plain', input_dim=2,
+                                              output_dim=2).Instantiate().theta
+  assert seeds.Next(plain) is plain
