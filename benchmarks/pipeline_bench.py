@@ -100,6 +100,7 @@ def GraphOps(concrete_fn) -> int:
 
 def Run(workload_name: str) -> dict:
   from benchmarks import workloads  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.core import step_seeds  # pylint: disable=g-import-not-at-top
   workload = workloads.WORKLOADS[workload_name]
   overrides = dict(num_layers=FLAGS.num_layers, batch=FLAGS.batch, seq=FLAGS.seq)
   workload = dataclasses.replace(workload, **{k: v for k, v in overrides.items() if v})
@@ -115,13 +116,16 @@ def Run(workload_name: str) -> dict:
   def MicroLoss(y):
     return tf.reduce_sum(tf.square(tf.cast(y, tf.float32))) / count
 
+  seeds = step_seeds.Counter()  # new dropout masks each step, as in training
+
   @tf.function(autograph=False)
   def Step(x):
+    theta = seeds.Next(model.theta)
     with tf.GradientTape() as tape:
       if loss_inside:
-        loss = model.FPropWithLoss(model.theta, MicroLoss, x)[0]
+        loss = model.FPropWithLoss(theta, MicroLoss, x)[0]
       else:
-        loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32)))
+        loss = tf.reduce_mean(tf.square(tf.cast(model.FProp(theta, x), tf.float32)))
     for v, g in zip(variables, tape.gradient(loss, variables)):
       with tf.device(v.device):
         v.assign_sub(FLAGS.learning_rate * tf.convert_to_tensor(g))
