@@ -15,10 +15,9 @@ logical devices:
    model: a CPU's devices cannot be measured apart), and on one device
    whose measured peak does too (as the tuner judges: tuner.Record); the
    tuner's pick is tuner.Choose's (Search, Calibrate, Search, Verify), its
-   trials looked up in the grid's runs (a repeated one runs again); the
-   grid's best is the fastest measured of all that fit; the JSON gives
-   both, pick over best, and the pick's layout (device_peaks_bench runs
-   it with a process per device).
+   trials looked up in the grid's runs; the grid's best is the fastest
+   measured of all that fit; the JSON gives both, pick over best, and the
+   pick's layout (device_peaks_bench runs it with a process per device).
 
 Also per workload: the calibrated prediction (no budget) of every
 candidate's step but the calibration's own against its measured one
@@ -82,18 +81,13 @@ def _Search(pipeline, measured, budget: int, space) -> List[Any]:
                       gradients_held=trial.GRADIENTS_HELD)
 
 
-def _Tuned(pipeline, x, measured, space, budget: int, runs) -> Any:
+def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
   """tuner.Choose under `budget` (the tuner's steps after Measure), each
-  trial looked up in the grid's runs (the same trial.Run); a trial the
-  tuner repeats (its calibration's) runs again."""
+  trial looked up in the grid's runs (the same trial.Run)."""
   from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
-  looked_up = set()
 
   def Lookup(candidate):
-    if candidate in looked_up:
-      return trial.Run(candidate.Apply(pipeline), x)
-    looked_up.add(candidate)
     return runs[candidate]['step_s'], runs[candidate]['peak_bytes']
 
   return tuner.Choose(pipeline, measured, budget, Lookup, space, verify=FLAGS.verify,
@@ -114,7 +108,7 @@ def _Layout(candidate) -> Dict[str, Any]:
               remat=candidate.remat.name, splits=list(candidate.splits))
 
 
-def _Budgets(pipeline, x, measured, space, rows, runs) -> List[Dict[str, Any]]:
+def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
   """The tuner's pick against the grid's best under three budgets."""
   from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   order = list(RematPolicy)
@@ -127,7 +121,7 @@ def _Budgets(pipeline, x, measured, space, rows, runs) -> List[Dict[str, Any]]:
     if not fitting:
       out.append(dict(budget_mb=budget / _MIB, share=share, fits=0))
       continue
-    pick = _Tuned(pipeline, x, measured, space, budget, runs).pick
+    pick = _Tuned(pipeline, measured, space, budget, runs).pick
     best = min(fitting, key=lambda r: runs[r.candidate]['step_s'])
     step = runs[pick.candidate]['step_s']
     out.append(dict(
@@ -159,7 +153,7 @@ def Run(name: str) -> Dict[str, Any]:
   for r in _Search(pipeline, measured, unbounded, space):
     step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
     runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
-  tuned = _Tuned(pipeline, x, measured, space, unbounded, runs)
+  tuned = _Tuned(pipeline, measured, space, unbounded, runs)
   calibrated, probes = tuned.measured, tuned.probes
   rows = _Search(pipeline, calibrated, unbounded, space)
   grid = []
@@ -181,7 +175,7 @@ def Run(name: str) -> Dict[str, Any]:
       step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid
                           if not g['calibration']]),
       peak_in_predicted_range=sum(lo * 0.85 <= m <= hi * 1.15 for m, (lo, hi) in peaks),
-      peaks_measured=len(peaks), budgets=_Budgets(pipeline, x, measured, space, rows, runs),
+      peaks_measured=len(peaks), budgets=_Budgets(pipeline, measured, space, rows, runs),
       grid=grid)
 
 

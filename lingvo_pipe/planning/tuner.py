@@ -19,7 +19,7 @@ from measured costs and confirmed by running it.
    at each M (how much faster the layers run together than alone) and a
    step on each number of devices (how much they gain by running at once:
    on logical CPU devices they share the cores), 1F1B where it fits, else
-   fill-drain, each run twice and the faster kept; Search again.
+   fill-drain; Search again.
 4. Verify: the `verify` fastest fitting candidates run too; the pick is
    the fastest measured. Its override can be pasted back as is.
 A candidate on one device whose measured peak exceeds the budget does
@@ -269,8 +269,8 @@ def _Probe(rows: Sequence[Row], devices: int, micro: int) -> Optional[Row]:
 def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequence[Row],
               trial: Trial) -> Measurements:
   """`measured` calibrated by whole steps, each a fitting row of `rows`
-  (Search's, uncalibrated) run twice by `trial` (_Faster), its measured
-  figures kept in the row:
+  (Search's, uncalibrated) run by `trial`, its measured figures kept in
+  the row:
   - per M, the unpipelined step (one device, _Probe's schedule): `scale` is its
     measured seconds over the prediction from the layers timed alone (less
     the overheads); they differ because a whole step overlaps its
@@ -285,7 +285,7 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     probe = _Probe(rows, 1, m)
     if probe is None:
       continue
-    probe.measured_s, probe.measured_peak_bytes = _Faster(trial, probe.candidate)
+    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
     step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
     layers = _Predict(probe.candidate, step,
                       dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
@@ -301,22 +301,13 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     probe = next((r for r in found if r is not None), None)
     if probe is None:
       continue
-    probe.measured_s, probe.measured_peak_bytes = _Faster(trial, probe.candidate)
+    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
     step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
     unit = _Predict(probe.candidate, step, scaled)
     work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
     spent = probe.measured_s - measured.overheads.step_s
     concurrency[d] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
   return dataclasses.replace(scaled, concurrency=concurrency)
-
-
-def _Faster(trial: Trial, candidate: Candidate) -> Tuple[float, Optional[int]]:
-  """The faster of two trials of a calibration step: a probe's seconds
-  scale every prediction at its M (or K), and a shared machine's noise
-  only ever slows a run (in one benchmark run ffn's K=1 M=4 1F1B probe
-  measured 0.211 s, fill-drain at the same M 0.176, the probe 0.163 in
-  the run before: every M=4 prediction came out 15-40% high)."""
-  return min(trial(candidate), trial(candidate), key=lambda result: result[0])
 
 
 def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:

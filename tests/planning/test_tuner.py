@@ -214,19 +214,19 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1,
                           gradients_held=held)
   # Calibration ran two devices (one device does not fit) at the largest M
-  # that fits, twice: 1F1B at M=4 (the split of the measured seconds is
-  # 2 + 2 layers unless the machine is busy), else M=1 (where 1F1B's step
-  # is fill-drain's, and one row stands for both); verification the two
+  # that fits: 1F1B at M=4 (the split of the measured seconds is 2 + 2
+  # layers unless the machine is busy), else M=1 (where 1F1B's step is
+  # fill-drain's, and one row stands for both); verification the two
   # fastest predicted that fit (one, if only one does), if the probe was not
   # one of them.
   fits_at_4 = any(r.fits and r.candidate.num_devices == 2 and r.candidate.num_micro_batches == 4
                   and r.candidate.schedule_kind == ScheduleKind.ONE_F_ONE_B for r in rows)
-  assert ran[0] == ran[1] and ran[0].num_devices == 2 and ran[0].schedule_kind == (
+  assert ran[0].num_devices == 2 and ran[0].schedule_kind == (
       ScheduleKind.ONE_F_ONE_B if fits_at_4 else ScheduleKind.GPIPE)
   verified = [r for r in rows if r.measured_s is not None]
   fastest = [r.candidate for r in rows if r.fits][:2]
   assert {r.candidate for r in verified} == set(ran)
-  assert len(ran[2:]) == len(set(fastest) - {ran[0]})
+  assert len(ran) in (len(fastest), len(fastest) + 1)
   assert all(r.fits for r in verified) and set(fastest) <= set(ran)
   assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
   assert pick.measured_s == min(r.measured_s for r in verified)
