@@ -1,6 +1,6 @@
 """Step seeds: the entry of a random layer's theta that its masks depend on."""
 
-from typing import Any
+from typing import Any, List
 
 import tensorflow as tf
 
@@ -23,6 +23,11 @@ def WithStepSeed(theta: NestedMap, step_seed: Any) -> NestedMap:
   return _Replace(theta, step_seed)
 
 
+def Seeds(theta: NestedMap) -> List[Any]:
+  """The step seeds of `theta`'s random layers (empty if none uses one)."""
+  return [v for k, v in theta.FlattenItems() if k.split('.')[-1] == KEY]
+
+
 class Counter:
   """Step seeds for steps that run without a trainer (whose global step
   seeds them): each Next is [n, 0] for the n-th call. A constant seed (the
@@ -37,7 +42,7 @@ class Counter:
 
   def Next(self, theta: NestedMap) -> NestedMap:
     """`theta` with the next step seed (unchanged if no layer of it uses one)."""
-    if not any(k.split('.')[-1] == KEY for k, _ in theta.FlattenItems()):
+    if not Seeds(theta):
       return theta
     return WithStepSeed(theta, tf.stack([self._step.assign_add(1), 0]))
 

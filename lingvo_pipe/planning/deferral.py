@@ -21,12 +21,16 @@ def Deferred(meta: layer_meta.LayerMeta, num_micro: int) -> List[layer_meta.Proj
           if deferred_grads.StepDefers(num_micro, p.rows, p.in_dim, p.out_dim)]
 
 
+def WeightBytes(p: layer_meta.Projection) -> int:
+  """The bytes of projection `p`'s weight (and of its gradient)."""
+  return p.in_dim * p.out_dim * p.bytes_per_element
+
+
 def Shares(metas: Sequence[layer_meta.LayerMeta], num_micro: int) -> List[float]:
   """Per layer (its `metas` at the micro-batch), the share of its weight
   bytes whose gradients are Deferred (0 without weights)."""
   shares = []
   for meta in metas:
-    deferred = sum(q.in_dim * q.out_dim * q.bytes_per_element
-                   for q in Deferred(meta, num_micro))
+    deferred = sum(WeightBytes(q) for q in Deferred(meta, num_micro))
     shares.append(min(deferred / meta.param_bytes, 1.0) if meta.param_bytes else 0.0)
   return shares

@@ -131,7 +131,6 @@ def DeviceBytes(cells: Sequence[Sequence[Layer]], step: program.Program,
   return params, state, act
 
 
-
 def Chain(layers: Sequence[hyperparams.Params],
            shapes: tuple) -> List[Tuple[tuple, layer_meta.LayerMeta]]:
   """(input shapes, meta) of each layer, chaining output shapes."""
@@ -210,7 +209,7 @@ def _CellState(cell: Sequence[Layer], step: program.Program, k: int,
   deferred = []
   if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in deferral.Deferred(l.micro, num_micro)]
-  summed = params - sum(p.in_dim * p.out_dim * p.bytes_per_element for p in deferred)
+  summed = params - sum(deferral.WeightBytes(p) for p in deferred)
   factors = num_micro * sum(_FactorBytes(p) for p in deferred)
   return optimizer_slots * params + summed + factors + largest
 

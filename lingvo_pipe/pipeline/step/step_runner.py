@@ -91,8 +91,7 @@ def MicroSeed(theta: NestedMap, first_example: Any) -> Optional[tf.Tensor]:
   """The step seed [s0, first_example] of a micro-batch whose first example
   has index `first_example` in the global batch (step_seeds.WithStepSeed);
   None if no layer of theta uses a step seed."""
-  seeds = [v for k, v in theta.FlattenItems()
-           if k.split('.')[-1] == step_seeds.KEY]
+  seeds = step_seeds.Seeds(theta)
   if not seeds:
     return None
   return tf.stack([seeds[0][0], tf.cast(first_example, tf.int64)])
