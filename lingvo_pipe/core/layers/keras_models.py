@@ -21,11 +21,11 @@ from lingvo_pipe.core.layers import dropout
 from lingvo_pipe.core.layers import normalization
 from lingvo_pipe.core.layers.keras_layer import BuiltKerasLayer
 from lingvo_pipe.core.layers.keras_layer import KerasLayer
+from lingvo_pipe.core.layers.keras_layer import NewModel
+from lingvo_pipe.core.layers.keras_layer import SharedModel
 from lingvo_pipe.core.layers.keras_refusals import CheckFloat32
 from lingvo_pipe.core.layers.keras_refusals import CheckNoRegularizers
 from lingvo_pipe.core.layers.keras_refusals import KerasLayerError
-from lingvo_pipe.core.layers.keras_layer import NewModel
-from lingvo_pipe.core.layers.keras_layer import SharedModel
 
 keras = tf.keras
 
