@@ -13,12 +13,13 @@ and the gradients of its inputs and its weights (F + I + W), and adding
 weight-sized tensors into accumulators (LayerCost.accumulate_s), each
 once per round in `repeats` rounds over all the layers (so that drift, a
 machine growing busier, falls alike on every layer: timed layer after
-layer, identical layers of ffn measured 8-12 ms), the median kept; each
+layer, identical layers of ffn measured 8-12 ms), the fastest kept (as
+trial.StepSeconds: other work on the machine only adds time); each
 returns one element of each result, not the results (_FirstElements),
 and a layer that draws dropout masks draws new ones each run, as in
 training (step_seeds.Counter: from a constant seed Grappler would fold
 them into constants, never drawn). I
-and W are the differences, at least 0 (a difference of two noisy medians
+and W are the differences, at least 0 (a difference of two noisy timings
 can go below it). Each layer is built from its params with fresh
 variables: what it costs does not depend on their values. The third
 function's graph also tells what the forward keeps for the backward
@@ -29,7 +30,6 @@ from shapes.
 import contextlib
 import dataclasses
 import logging
-import statistics
 import time
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -111,7 +111,7 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   costs = []
   for per_layer, layer_held in zip(times, held):
     forward, with_inputs, with_weights, accumulate = (
-        max(statistics.median(t) - call, _MIN_SECONDS) for t in per_layer)
+        max(min(t) - call, _MIN_SECONDS) for t in per_layer)
     costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
                            max(with_weights - with_inputs, 0.0), layer_held, accumulate))
   return costs
@@ -191,11 +191,11 @@ def _QuietRetracing() -> Iterator[None]:
 
 
 def _CallSeconds(repeats: int) -> float:
-  """The median time of calling a traced function that computes nothing
+  """The fastest time of calling a traced function that computes nothing
   and fetching its result."""
   nothing = tf.function(lambda: tf.constant(0.0), autograph=False)
   _Seconds(nothing)
-  return statistics.median(_Seconds(nothing) for _ in range(max(repeats, 3)))
+  return min(_Seconds(nothing) for _ in range(max(repeats, 3)))
 
 
 def _Seconds(fn: Callable[[], Any]) -> float:
