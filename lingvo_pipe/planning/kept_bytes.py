@@ -10,7 +10,11 @@ transformer workload about two thirds of them).
 Counted once per buffer: views (Reshape, Identity, ExpandDims, Squeeze,
 StopGradient, Snapshot) share their input's; ops that read only a shape
 (Shape, ShapeN, Size, Rank) keep nothing; weights, constants and casts of
-weights are the params' bytes, not activations. A layer's outputs are
+weights are the params' bytes, not activations; a gradient op whose result
+no returned gradient needs reads nothing, as Grappler prunes it before the
+step runs (the gradient of x * mask to a dropout mask, a cast of random
+bits, reads x and leads nowhere: on the uneven stack of
+docs/benchmarks/tuning.md it counted 20 MiB of 140 that no step held). A layer's outputs are
 held if its own gradient reads them or the next layer's reads its inputs
 (`Chain`).
 """
@@ -45,13 +49,14 @@ class Kept:
 class Marks:
   """Where, in the graph being traced, the forward starts and ends and the
   gradient starts and ends: call Forward() before the layer's forward,
-  Outputs(y) after it, Gradient() before tape.gradient and, if the
-  function goes on, GradientEnd() after it."""
+  Outputs(y) after it, Gradient() before tape.gradient and Gradients(g)
+  with what it returned."""
 
   def __init__(self) -> None:
     self.forward_start = self.forward_end = self.gradient_start = 0
     self.gradient_end: Optional[int] = None
     self.outputs: List[str] = []
+    self.gradients: List[tf.Tensor] = []
 
   def Forward(self) -> None:
     self.forward_start = _OpCount()
@@ -65,8 +70,10 @@ class Marks:
   def Gradient(self) -> None:
     self.gradient_start = _OpCount()
 
-  def GradientEnd(self) -> None:
+  def Gradients(self, gradients: Any) -> None:
     self.gradient_end = _OpCount()
+    self.gradients = [t for t in tf.nest.flatten(gradients, expand_composites=True)
+                      if tf.is_symbolic_tensor(t)]
 
 
 def _OpCount() -> int:
@@ -82,7 +89,7 @@ def Read(graph: tf.Graph, marks: Marks) -> Optional[Kept]:
   outputs = set(marks.outputs)
   kept: Dict[str, tf.Tensor] = {}
   reads_inputs = False
-  for op in ops[marks.gradient_start:marks.gradient_end]:
+  for op in _Live(ops[marks.gradient_start:marks.gradient_end], marks.gradients):
     if op.type in _SHAPE_READERS:
       continue
     for t in op.inputs:
@@ -114,6 +121,21 @@ def Chain(layers: Sequence[Kept]) -> List[int]:
     next_reads = i + 1 < len(layers) and layers[i + 1].reads_inputs
     held.append(k.inner_bytes + (k.output_bytes if k.reads_outputs or next_reads else 0))
   return held
+
+
+def _Live(gradient_ops: Sequence[tf.Operation], gradients: Sequence[tf.Tensor]
+          ) -> List[tf.Operation]:
+  """The ops of `gradient_ops` that `gradients` depend on, in order."""
+  section = {op.name for op in gradient_ops}
+  live: Set[str] = set()
+  pending = [t.op for t in gradients]
+  while pending:
+    op = pending.pop()
+    if op.name in live or op.name not in section:
+      continue
+    live.add(op.name)
+    pending += [t.op for t in op.inputs] + list(op.control_inputs)
+  return [op for op in gradient_ops if op.name in live]
 
 
 def _Buffer(t: tf.Tensor, forward: Set[str]) -> tf.Tensor:

@@ -148,7 +148,7 @@ def _TracedFunctions(layer: Any, x: tuple, seeds: step_seeds.Counter
                          for t in out if t.dtype.is_floating])
       marks.Gradient()
       grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, sources) if g is not None]
-      marks.GradientEnd()
+      marks.Gradients(grads)
       return _FirstElements(grads)
     return Run
 
