@@ -16,7 +16,8 @@ from measured costs and confirmed by running it.
    space's.
 3. Calibrate: a few fitting candidates run whole training steps (a
    `trial`: planning/trial.py's, or the trainer's): the unpipelined step
-   at each M (how much faster the layers run together than alone) and a
+   at each M (how much faster the layers run together than alone; under a
+   budget it exceeds, the step on the fewest devices that fits) and a
    step on each number of devices (how much they gain by running at once:
    on logical CPU devices they share the cores), 1F1B where it fits, else
    fill-drain; Search again.
@@ -271,43 +272,54 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
   """`measured` calibrated by whole steps, each a fitting row of `rows`
   (Search's, uncalibrated) run by `trial`, its measured figures kept in
   the row:
-  - per M, the unpipelined step (one device, _Probe's schedule): `scale` is its
-    measured seconds over the prediction from the layers timed alone (less
-    the overheads); they differ because a whole step overlaps its
-    independent ops, which layers timed alone cannot. An M without a
-    fitting one takes the nearest M's factor.
+  - per M, the step with the fewest devices that fits (_Probe's schedule;
+    unpipelined if one fits): `scale` is its measured seconds over the
+    prediction from the layers timed alone at concurrency 1 (less the
+    overheads); they differ because a whole step overlaps its independent
+    ops, which layers timed alone cannot. Where no unpipelined step fits
+    the budget, the factor also holds that step's devices' concurrency (on
+    these 2 cores 1.03-1.17 where measured apart). An M without a fitting
+    step takes the nearest M's factor.
   - per device count K > 1, _Probe's step at the largest M: the concurrency
     that makes the prediction's shared bound its measured seconds, within
     [1, K] (K where the simulated step alone explains them).
   """
   scale: Dict[int, float] = {}
+  device_counts = sorted({r.candidate.num_devices for r in rows})
   for m in sorted(measured.costs):
-    probe = _Probe(rows, 1, m)
+    probe = next((p for p in (_Probe(rows, d, m) for d in device_counts) if p is not None),
+                 None)
     if probe is None:
       continue
-    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
+    _Run(probe, trial)
     step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
     layers = _Predict(probe.candidate, step,
                       dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
     overhead = probe.predicted.seconds - layers
-    scale[m] = max(probe.measured_s - overhead, 0.0) / layers if layers > 0 else 1.0
+    scale[m] = max((probe.measured_s or 0.0) - overhead, 0.0) / layers if layers > 0 else 1.0
   for m in measured.costs:
     if m not in scale and scale:
       scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
   scaled = dataclasses.replace(measured, scale=scale)
   concurrency: Dict[int, float] = {}
-  for d in sorted({r.candidate.num_devices for r in rows} - {1}):
+  for d in (d for d in device_counts if d > 1):
     found = (_Probe(rows, d, m) for m in sorted(measured.costs, reverse=True))
     probe = next((r for r in found if r is not None), None)
     if probe is None:
       continue
-    probe.measured_s, probe.measured_peak_bytes = trial(probe.candidate)
+    _Run(probe, trial)
     step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
     unit = _Predict(probe.candidate, step, scaled)
     work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
-    spent = probe.measured_s - measured.overheads.step_s
+    spent = (probe.measured_s or 0.0) - measured.overheads.step_s
     concurrency[d] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
   return dataclasses.replace(scaled, concurrency=concurrency)
+
+
+def _Run(row: Row, trial: Trial) -> None:
+  """Runs `row`'s trial unless it ran already, keeping its figures in it."""
+  if row.measured_s is None:
+    row.measured_s, row.measured_peak_bytes = trial(row.candidate)
 
 
 def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:

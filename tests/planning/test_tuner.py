@@ -179,6 +179,36 @@ def test_a_one_device_candidate_measured_over_the_budget_does_not_fit():
     tuner.Verify([r for r in rows if r.candidate in over], Trial, budget)
 
 
+def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits():
+  """Steps that run twice as long as their uncalibrated prediction: where
+  an unpipelined step fits, each M's factor is 2 and each K's concurrency
+  makes its probe's prediction its measured step; under a budget no
+  one-device step fits, the M's factor comes from the step on the fewest
+  devices that fits (its concurrency taken as 1), which then also gives
+  that K's concurrency of 1. No trial runs twice."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2), remats=[RematPolicy.NONE])
+  measured = tuner.Measurements(_Measured(pipeline, space).costs)
+  single = min(r.peak_bytes for r in tuner.Search(pipeline, measured, 1 << 40, space)
+               if r.candidate.num_devices == 1)
+  for budget, fewest in ((1 << 40, 1), (single - 1, 2)):
+    rows = tuner.Search(pipeline, measured, budget, space)
+    predicted = {r.candidate: r.predicted.seconds for r in rows}
+    ran = []
+
+    def Trial(candidate, predicted=predicted, ran=ran):
+      ran.append(candidate)
+      return 2 * predicted[candidate], None
+
+    calibrated = tuner.Calibrate(pipeline, measured, rows, Trial)
+    assert calibrated.scale == pytest.approx({1: 2.0, 2: 2.0})
+    assert len(ran) == len(set(ran))
+    assert min(c.num_devices for c in ran) == fewest
+    for c in ran:
+      again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
+      assert again == pytest.approx(2 * predicted[c])
+
+
 def test_a_candidate_builds_the_cells_its_splits_name():
   pipeline, _ = _Stack(num_layers=5)
   candidate = tuner.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
