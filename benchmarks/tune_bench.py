@@ -19,11 +19,12 @@ logical devices:
    measured of all that fit; the JSON gives both, pick over best, and the
    pick's layout (device_peaks_bench runs it with a process per device).
 
-Also per workload: the calibrated prediction (no budget) of every
-candidate's step but the calibration's own against its measured one
-(median and worst relative error), and the measured peak against the planner's predicted range for
-it (shared_peak_bytes, no two devices' activation peaks at once, to
-total_peak_bytes, all at once).
+Also per workload: Measure's layer costs per M (a replay of the tuner
+on the grid's figures needs them), the calibrated prediction (no
+budget) of every candidate's step but the calibration's own against its
+measured one (median and worst relative error), and the measured peak
+against the planner's predicted range for it (shared_peak_bytes, no two
+devices' activation peaks at once, to total_peak_bytes, all at once).
 
   python -m benchmarks.tune_bench --workloads=uneven,ffn,transformer
 """
@@ -172,6 +173,8 @@ def Run(name: str) -> Dict[str, Any]:
       scale={str(m): f for m, f in calibrated.scale.items()},
       concurrency={str(d): c for d, c in calibrated.concurrency.items()},
       overheads=dataclasses.asdict(measured.overheads),
+      layer_costs={str(m): [dataclasses.asdict(c) for c in costs]
+                   for m, costs in measured.costs.items()},
       step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid
                           if not g['calibration']]),
       peak_in_predicted_range=sum(lo * 0.85 <= m <= hi * 1.15 for m, (lo, hi) in peaks),

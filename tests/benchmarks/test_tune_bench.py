@@ -15,6 +15,7 @@ def test_a_small_run_compares_the_pick_with_the_grid():
   assert {g['candidate'].split()[0] for g in row['grid']} == {'K=1', 'K=2'}
   assert all(g['measured_s'] > 0 and g['measured_peak_mb'] > 0 for g in row['grid'])
   assert any(g['calibration'] for g in row['grid'])
+  assert len(row['layer_costs']['1']) == 2 and row['layer_costs']['1'][0]['forward_s'] > 0
   assert 0 <= row['step_error']['median'] <= row['step_error']['worst']
   assert [b['share'] for b in row['budgets']] == [1.0, 0.5, 0.25]
   for budget in row['budgets']:
