@@ -171,7 +171,7 @@ def Run(name: str) -> Dict[str, Any]:
   return dict(
       workload=name, measure_s=measure_s, candidates=len(rows),
       scale={str(m): f for m, f in calibrated.scale.items()},
-      concurrency={str(d): c for d, c in calibrated.concurrency.items()},
+      concurrency={f'{d} {remat.name}': c for (d, remat), c in calibrated.concurrency.items()},
       overheads=dataclasses.asdict(measured.overheads),
       layer_costs={str(m): [dataclasses.asdict(c) for c in costs]
                    for m, costs in measured.costs.items()},

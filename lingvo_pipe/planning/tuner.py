@@ -121,11 +121,11 @@ class Measurements:
   deferring backward defers (deferral.Shares; none given: all), and the
   calibration by whole steps (Calibrate): per M the factor from the
   layers' seconds alone to the unpipelined step's (`scale`), per device
-  count the devices' concurrency."""
+  count and remat policy the devices' concurrency."""
   costs: Dict[int, List[measured_costs.LayerCost]]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
-  concurrency: Dict[int, float] = dataclasses.field(default_factory=dict)
+  concurrency: Dict[Tuple[int, RematPolicy], float] = dataclasses.field(default_factory=dict)
   deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
 
 
@@ -184,9 +184,17 @@ def _Predict(candidate: Candidate, step: program.Program,
   deferring, deferred = step_prediction.DeferringCosts(
       micro, whole, measured.deferred_shares.get(m, [1.0] * len(micro)))
   cells = [step_prediction.CellCosts(c, candidate.splits) for c in (micro, deferring, deferred)]
-  return step_prediction.Predict(step, cells[0],
-                                 measured.concurrency.get(candidate.num_devices, 1.0),
+  return step_prediction.Predict(step, cells[0], _Concurrency(measured, candidate),
                                  measured.overheads, cells[1], cells[2])
+
+
+def _Concurrency(measured: Measurements, candidate: Candidate) -> float:
+  """The calibrated concurrency of `candidate`'s devices under its remat
+  policy; without one, the least recomputing policy's on as many devices,
+  else 1."""
+  found = [measured.concurrency.get((candidate.num_devices, r))
+           for r in [candidate.remat] + list(RematPolicy)]
+  return next((c for c in found if c is not None), 1.0)
 
 
 def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
@@ -256,12 +264,14 @@ Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
 _PROBE_SCHEDULES = (Kind.ONE_F_ONE_B, Kind.GPIPE)
 
 
-def _Probe(rows: Sequence[Row], devices: int, micro: int) -> Optional[Row]:
-  """The fitting row of `devices` x1 cells at M=`micro` to calibrate on:
-  1F1B if one fits, else fill-drain; the least recomputing one."""
+def _Probe(rows: Sequence[Row], devices: int, micro: int,
+           remat: Optional[RematPolicy] = None) -> Optional[Row]:
+  """The fitting row of `devices` x1 cells at M=`micro` (under `remat`,
+  if given) to calibrate on: 1F1B if one fits, else fill-drain; the least
+  recomputing one."""
   found = [r for r in rows if r.fits and r.candidate.schedule_kind in _PROBE_SCHEDULES and
            r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
-           r.candidate.num_micro_batches == micro]
+           r.candidate.num_micro_batches == micro and remat in (None, r.candidate.remat)]
   order = list(RematPolicy)
   return min(found, key=lambda r: (_PROBE_SCHEDULES.index(r.candidate.schedule_kind),
                                    order.index(r.candidate.remat)), default=None)
@@ -280,9 +290,14 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     the budget, the factor also holds that step's devices' concurrency (on
     these 2 cores 1.03-1.17 where measured apart). An M without a fitting
     step takes the nearest M's factor.
-  - per device count K > 1, _Probe's step at the largest M: the concurrency
-    that makes the prediction's shared bound its measured seconds, within
-    [1, K] (K where the simulated step alone explains them).
+  - per device count K > 1 and remat policy, _Probe's step at the largest
+    M: the concurrency that makes the prediction's shared bound its
+    measured seconds, within [1, K] (K where the simulated step alone
+    explains them). It differs by policy: remat runs the micro-batches it
+    does not keep as calls of the cell's traced functions, where a kept
+    one's ops are inlined into the step, and two devices' calls overlap
+    more than their inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a
+    prediction with the concurrency measured without remat).
   """
   scale: Dict[int, float] = {}
   device_counts = sorted({r.candidate.num_devices for r in rows})
@@ -301,9 +316,10 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     if m not in scale and scale:
       scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
   scaled = dataclasses.replace(measured, scale=scale)
-  concurrency: Dict[int, float] = {}
-  for d in (d for d in device_counts if d > 1):
-    found = (_Probe(rows, d, m) for m in sorted(measured.costs, reverse=True))
+  concurrency: Dict[Tuple[int, RematPolicy], float] = {}
+  remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
+  for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
+    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
     probe = next((r for r in found if r is not None), None)
     if probe is None:
       continue
@@ -312,7 +328,7 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     unit = _Predict(probe.candidate, step, scaled)
     work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
     spent = (probe.measured_s or 0.0) - measured.overheads.step_s
-    concurrency[d] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
+    concurrency[d, remat] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
   return dataclasses.replace(scaled, concurrency=concurrency)
 
 

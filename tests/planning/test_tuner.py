@@ -2,6 +2,8 @@
 its search against the budget, its override pasted back, and one real
 tuning of a small stack on two devices."""
 
+import dataclasses
+
 import pytest
 import tensorflow as tf
 
@@ -102,7 +104,8 @@ def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
   counts = tuner.MicroBatchCounts(pipeline, space)
   costs = {m: [measured_costs.LayerCost(*[per_micro(m)] * 3)] * len(pipeline.layers)
            for m in counts}
-  return tuner.Measurements(costs, concurrency={d: concurrency for d in (2, 4)})
+  return tuner.Measurements(costs, concurrency={(d, r): concurrency
+                                                for d in (2, 4) for r in RematPolicy})
 
 
 def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once():
@@ -192,21 +195,55 @@ def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits
   single = min(r.peak_bytes for r in tuner.Search(pipeline, measured, 1 << 40, space)
                if r.candidate.num_devices == 1)
   for budget, fewest in ((1 << 40, 1), (single - 1, 2)):
-    rows = tuner.Search(pipeline, measured, budget, space)
-    predicted = {r.candidate: r.predicted.seconds for r in rows}
-    ran = []
-
-    def Trial(candidate, predicted=predicted, ran=ran):
-      ran.append(candidate)
-      return 2 * predicted[candidate], None
-
-    calibrated = tuner.Calibrate(pipeline, measured, rows, Trial)
+    ran, calibrated, predicted = _Calibrated(pipeline, measured, budget, space,
+                                             {RematPolicy.NONE: 2.0})
     assert calibrated.scale == pytest.approx({1: 2.0, 2: 2.0})
-    assert len(ran) == len(set(ran))
     assert min(c.num_devices for c in ran) == fewest
     for c in ran:
       again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
       assert again == pytest.approx(2 * predicted[c])
+
+
+def test_each_remat_policy_gets_its_own_concurrency():
+  """Pipelined steps under per-cell remat run 1.8x their uncalibrated
+  prediction where the rest run 2x: one probe per device count and policy,
+  each predicted as it ran; a policy without a probe takes the least
+  recomputing one's."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2), remats=[RematPolicy.NONE, RematPolicy.PER_CELL])
+  measured = tuner.Measurements(_Measured(pipeline, space).costs)
+  ran, calibrated, predicted = _Calibrated(pipeline, measured, 1 << 40, space, {
+      RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 1.8})
+  assert set(calibrated.concurrency) == {(d, r) for d in (2, 4) for r in space.remats}
+  assert calibrated.concurrency[2, RematPolicy.PER_CELL] > calibrated.concurrency[
+      2, RematPolicy.NONE]
+  assert {(c.num_devices, c.remat) for c in ran if c.num_devices > 1} == set(
+      calibrated.concurrency)
+  for c in ran:
+    again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
+    factor = 1.8 if c.remat == RematPolicy.PER_CELL and c.num_devices > 1 else 2.0
+    assert again == pytest.approx(factor * predicted[c])
+  layer = dataclasses.replace(measured, concurrency={(2, RematPolicy.NONE): 1.5})
+  assert tuner._Concurrency(layer, dataclasses.replace(ran[-1], num_devices=2,
+                                                      remat=RematPolicy.PER_LAYER)) == 1.5
+
+
+def _Calibrated(pipeline, measured, budget, space, factors):
+  """tuner.Calibrate on trials that run factors[remat] x the uncalibrated
+  prediction on several devices (2x on one): (candidates run, each once;
+  the calibrated measurements; the uncalibrated predictions)."""
+  rows = tuner.Search(pipeline, measured, budget, space)
+  predicted = {r.candidate: r.predicted.seconds for r in rows}
+  ran = []
+
+  def Trial(candidate):
+    ran.append(candidate)
+    factor = factors[candidate.remat] if candidate.num_devices > 1 else 2.0
+    return factor * predicted[candidate], None
+
+  calibrated = tuner.Calibrate(pipeline, measured, rows, Trial)
+  assert len(ran) == len(set(ran))
+  return ran, calibrated, predicted
 
 
 def test_a_candidate_builds_the_cells_its_splits_name():
@@ -243,20 +280,22 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
   rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1,
                           gradients_held=held)
-  # Calibration ran two devices (one device does not fit) at the largest M
-  # that fits: 1F1B at M=4 (the split of the measured seconds is 2 + 2
-  # layers unless the machine is busy), else M=1 (where 1F1B's step is
-  # fill-drain's, and one row stands for both); verification the two
-  # fastest predicted that fit (one, if only one does), if the probe was not
-  # one of them.
+  # Calibration ran, for each M, the step on two devices (one device does
+  # not fit): fill-drain at M=1 (1F1B's step there is the same, and one
+  # row stands for both), then 1F1B at M=4 if it fits (the split of the
+  # measured seconds is 2 + 2 layers unless the machine is busy), which is
+  # also the concurrency's probe; verification the two fastest predicted
+  # that fit (one, if only one does), unless they ran already.
   fits_at_4 = any(r.fits and r.candidate.num_devices == 2 and r.candidate.num_micro_batches == 4
                   and r.candidate.schedule_kind == ScheduleKind.ONE_F_ONE_B for r in rows)
-  assert ran[0].num_devices == 2 and ran[0].schedule_kind == (
-      ScheduleKind.ONE_F_ONE_B if fits_at_4 else ScheduleKind.GPIPE)
+  probes = ran[:1 + fits_at_4]
+  assert [(c.num_devices, c.num_micro_batches) for c in probes] == [(2, 1), (2, 4)][:len(probes)]
+  assert probes[-1].schedule_kind == (ScheduleKind.ONE_F_ONE_B if fits_at_4 else
+                                      ScheduleKind.GPIPE)
   verified = [r for r in rows if r.measured_s is not None]
   fastest = [r.candidate for r in rows if r.fits][:2]
-  assert {r.candidate for r in verified} == set(ran)
-  assert len(ran) in (len(fastest), len(fastest) + 1)
+  assert {r.candidate for r in verified} == set(ran) and len(ran) == len(set(ran))
+  assert len(ran) <= len(probes) + len(fastest)
   assert all(r.fits for r in verified) and set(fastest) <= set(ran)
   assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
   assert pick.measured_s == min(r.measured_s for r in verified)
