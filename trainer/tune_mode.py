@@ -71,8 +71,8 @@ def Run(ctx: run_context.RunContext) -> None:
   print(f'Tuned {prefix} in {time.perf_counter() - start:.0f} s over {len(devices)} '
         f'device(s), budget {budget / 2**20:.0f} MiB per device, {slots} optimizer slot(s) '
         'per weight. Predicted from each layer timed alone, calibrated by whole steps; '
-        'the measured rows trained in a trainer of their own (seconds per step: median '
-        'of 3 rounds; peak: the allocator\'s, over every device). Chart: ' + chart)
+        'the measured rows trained in a trainer of their own (seconds per step: the '
+        'fastest of 5 rounds; peak: the allocator\'s, over every device). Chart: ' + chart)
   print(tuner.FormatTable(rows, pick))
   print(f"tuned: --model_params_override='{pick.candidate.Override(prefix)}'")
 
