@@ -290,14 +290,15 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     the budget, the factor also holds that step's devices' concurrency (on
     these 2 cores 1.03-1.17 where measured apart). An M without a fitting
     step takes the nearest M's factor.
-  - per device count K > 1 and remat policy, _Probe's step at the largest
-    M: the concurrency that makes the prediction's shared bound its
-    measured seconds, within [1, K] (K where the simulated step alone
-    explains them). It differs by policy: remat runs the micro-batches it
-    does not keep as calls of the cell's traced functions, where a kept
-    one's ops are inlined into the step, and two devices' calls overlap
-    more than their inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a
-    prediction with the concurrency measured without remat).
+  - per device count K > 1, without remat and with it, _Probe's step at
+    the largest M: the concurrency that makes the prediction's shared
+    bound its measured seconds, within [1, K] (K where the simulated step
+    alone explains them); the least recomputing remat policy that fits
+    measures it for all. Remat runs the micro-batches it does not keep as
+    calls of the cell's traced functions, where a kept one's ops are
+    inlined into the step, and two devices' calls overlap more than their
+    inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
+    the concurrency measured without remat).
   """
   scale: Dict[int, float] = {}
   device_counts = sorted({r.candidate.num_devices for r in rows})
@@ -319,6 +320,11 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
   concurrency: Dict[Tuple[int, RematPolicy], float] = {}
   remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
   for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
+    alike = [c for (k, r), c in concurrency.items()
+             if k == d and (r == RematPolicy.NONE) == (remat == RematPolicy.NONE)]
+    if alike:
+      concurrency[d, remat] = alike[0]
+      continue
     found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
     probe = next((r for r in found if r is not None), None)
     if probe is None:

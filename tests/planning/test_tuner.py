@@ -204,21 +204,23 @@ def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits
       assert again == pytest.approx(2 * predicted[c])
 
 
-def test_each_remat_policy_gets_its_own_concurrency():
-  """Pipelined steps under per-cell remat run 1.8x their uncalibrated
-  prediction where the rest run 2x: one probe per device count and policy,
-  each predicted as it ran; a policy without a probe takes the least
-  recomputing one's."""
+def test_steps_with_and_without_remat_get_their_own_concurrency():
+  """Pipelined steps under remat run 1.8x their uncalibrated prediction
+  where the rest run 2x: one probe per device count without remat and
+  one with it (per-cell, the least recomputing), each predicted as it
+  ran; per-layer remat shares per-cell's, and a policy without a figure
+  takes the least recomputing one's."""
   pipeline, _ = _Stack()
-  space = tuner.Space(micro_batches=(1, 2), remats=[RematPolicy.NONE, RematPolicy.PER_CELL])
+  space = tuner.Space(micro_batches=(1, 2), remats=list(RematPolicy))
   measured = tuner.Measurements(_Measured(pipeline, space).costs)
   ran, calibrated, predicted = _Calibrated(pipeline, measured, 1 << 40, space, {
-      RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 1.8})
-  assert set(calibrated.concurrency) == {(d, r) for d in (2, 4) for r in space.remats}
-  assert calibrated.concurrency[2, RematPolicy.PER_CELL] > calibrated.concurrency[
-      2, RematPolicy.NONE]
-  assert {(c.num_devices, c.remat) for c in ran if c.num_devices > 1} == set(
-      calibrated.concurrency)
+      RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 1.8, RematPolicy.PER_LAYER: 1.8})
+  assert set(calibrated.concurrency) == {(d, r) for d in (2, 4) for r in RematPolicy}
+  for d in (2, 4):
+    assert calibrated.concurrency[d, RematPolicy.PER_LAYER] == calibrated.concurrency[
+        d, RematPolicy.PER_CELL] > calibrated.concurrency[d, RematPolicy.NONE]
+  assert {(c.num_devices, c.remat) for c in ran if c.num_devices > 1} == {
+      (d, r) for d in (2, 4) for r in (RematPolicy.NONE, RematPolicy.PER_CELL)}
   for c in ran:
     again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
     factor = 1.8 if c.remat == RematPolicy.PER_CELL and c.num_devices > 1 else 2.0
