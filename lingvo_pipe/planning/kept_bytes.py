@@ -14,9 +14,9 @@ weights are the params' bytes, not activations; a gradient op whose result
 no returned gradient needs reads nothing, as Grappler prunes it before the
 step runs (the gradient of x * mask to a dropout mask, a cast of random
 bits, reads x and leads nowhere: on the uneven stack of
-docs/benchmarks/tuning.md it counted 20 MiB of 140 that no step held). A layer's outputs are
-held if its own gradient reads them or the next layer's reads its inputs
-(`Chain`).
+docs/benchmarks/tuning.md it counted 20 MiB of 140 that no step held). A
+layer's outputs are held if its own gradient reads them or the next
+layer's reads its inputs (`Chain`).
 """
 
 import dataclasses

@@ -18,9 +18,9 @@ from measured costs and confirmed by running it.
    `trial`: planning/trial.py's, or the trainer's): the unpipelined step
    at each M (how much faster the layers run together than alone; under a
    budget it exceeds, the step on the fewest devices that fits) and a
-   step on each number of devices (how much they gain by running at once:
-   on logical CPU devices they share the cores), 1F1B where it fits, else
-   fill-drain; Search again.
+   step on each number of devices, without remat and with it (how much
+   they gain by running at once: on logical CPU devices they share the
+   cores), 1F1B where it fits, else fill-drain; Search again.
 4. Verify: the `verify` fastest fitting candidates run too; the pick is
    the fastest measured. Its override can be pasted back as is.
 A candidate on one device whose measured peak exceeds the budget does
@@ -288,7 +288,7 @@ def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequen
     overheads); they differ because a whole step overlaps its independent
     ops, which layers timed alone cannot. Where no unpipelined step fits
     the budget, the factor also holds that step's devices' concurrency (on
-    these 2 cores 1.03-1.17 where measured apart). An M without a fitting
+    these 2 cores 1.03-1.19 where measured apart). An M without a fitting
     step takes the nearest M's factor.
   - per device count K > 1, without remat and with it, _Probe's step at
     the largest M: the concurrency that makes the prediction's shared
