@@ -83,7 +83,14 @@ def _OpCount() -> int:
 def Read(graph: tf.Graph, marks: Marks) -> Optional[Kept]:
   """What the gradient ops of `graph` (a traced function, marked by
   `marks`) read of the forward's tensors; None if one of them has no static
-  shape (its bytes are unknown)."""
+  shape (its bytes are unknown).
+
+  Raises:
+    ValueError: if `marks` never saw Gradients (no gradient op would count).
+  """
+  if marks.gradient_end is None:
+    raise ValueError('kept_bytes.Read: call marks.Gradients(g) with what tape.gradient '
+                     'returned; without it no gradient op is known to be needed.')
   ops = graph.get_operations()
   forward = {op.name for op in ops[marks.forward_start:marks.forward_end]}
   outputs = set(marks.outputs)

@@ -1,6 +1,7 @@
 """kept_bytes: what a forward keeps for its backward, read off the traced
 gradient, against what each op's gradient needs by hand."""
 
+import pytest
 import tensorflow as tf
 
 from lingvo_pipe.core.layers.activations import Activation
@@ -57,6 +58,12 @@ def test_a_gradient_no_result_needs_reads_nothing():
 
   assert _Read(Forward, x) == kept_bytes.Kept(
       inner_bytes=32 * F32, output_bytes=32 * F32, reads_outputs=False, reads_inputs=True)
+
+
+def test_marks_without_the_gradients_are_refused():
+  marks = kept_bytes.Marks()
+  with pytest.raises(ValueError, match=r'call marks.Gradients\(g\)'):
+    kept_bytes.Read(tf.Graph(), marks)
 
 
 def test_projections_keep_their_input_and_tanh_its_output():
