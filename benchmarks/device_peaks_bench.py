@@ -91,13 +91,13 @@ def _Client() -> None:
 
 
 def _Candidate(layout: Dict[str, Any]) -> Any:
-  """The tuner.Candidate of a tune_bench 'pick_layout'."""
+  """The candidates.Candidate of a tune_bench 'pick_layout'."""
   from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.pipeline.schedules import schedule  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
-  return tuner.Candidate(schedule.ScheduleKind[layout['schedule']], layout['devices'], layout['v'],
-                         layout['micro_batches'], RematPolicy[layout['remat']],
-                         tuple(layout['splits']))
+  from lingvo_pipe.planning import candidates  # pylint: disable=g-import-not-at-top
+  return candidates.Candidate(schedule.ScheduleKind[layout['schedule']], layout['devices'],
+                              layout['v'], layout['micro_batches'],
+                              RematPolicy[layout['remat']], tuple(layout['splits']))
 
 
 def _Start(*flag_args: str) -> subprocess.Popen:

@@ -27,6 +27,12 @@ against the planner's predicted range for it (shared_peak_bytes, no two
 devices' activation peaks at once, to total_peak_bytes, all at once).
 
   python -m benchmarks.tune_bench --workloads=uneven,ffn,transformer
+
+--replay=FILE runs no trials: it takes a run's JSON (same workload flags)
+and replays the tuner on its recorded layer costs, overheads and grid
+(each trial looked up there), printing the same JSON: a change to the
+prediction or calibration judged on a recorded grid in about a minute
+per workload, where a run takes half an hour.
 """
 
 import dataclasses
@@ -46,6 +52,7 @@ from benchmarks import runner
 
 FLAGS = flags.FLAGS
 _MIB = 2.0**20
+_UNBOUNDED = 1 << 50  # a budget every candidate fits
 
 
 def _DefineFlags() -> None:
@@ -56,6 +63,7 @@ def _DefineFlags() -> None:
   flags.DEFINE_list('remats', ['NONE', 'PER_CELL'], 'Candidate remat policies.')
   flags.DEFINE_integer('verify', 3, 'Candidates the tuner verifies by running them.')
   flags.DEFINE_integer('repeats', 3, "Measure's timed runs per layer and function.")
+  flags.DEFINE_string('replay', None, "A tune_bench JSON to replay the tuner on (no trials).")
 
 
 def _Space():
@@ -103,7 +111,7 @@ def _Fits(row, run, budget: int) -> bool:
 
 
 def _Layout(candidate) -> Dict[str, Any]:
-  """A tuner.Candidate as JSON (device_peaks_bench runs it)."""
+  """A candidates.Candidate as JSON (device_peaks_bench runs it)."""
   return dict(schedule=candidate.schedule_kind.name, devices=candidate.num_devices,
               v=candidate.cells_per_device, micro_batches=candidate.num_micro_batches,
               remat=candidate.remat.name, splits=list(candidate.splits))
@@ -134,29 +142,63 @@ def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
   return out
 
 
+def _Pipeline(name: str) -> Any:
+  """The PipeliningLayer params of workload `name`, layout left to the tuner."""
+  from lingvo_pipe.pipeline import gpipe  # pylint: disable=g-import-not-at-top
+  layers, shape = partition_bench.Workload(name)
+  return gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, input_shapes=[shape])
+
+
 def Run(name: str) -> Dict[str, Any]:
   """The tuner and the grid on workload `name` (module docstring)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingvo_pipe.pipeline import gpipe  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
-  layers, shape = partition_bench.Workload(name)
-  pipeline = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers,
-                                                input_shapes=[shape])
-  x = [tf.random.stateless_normal(shape, [1, 2])]
+  pipeline = _Pipeline(name)
+  x = [tf.random.stateless_normal(pipeline.input_shapes[0], [1, 2])]
   devices = [d.name for d in tf.config.list_logical_devices('CPU')]
   space = _Space()
   start = time.perf_counter()
   measured = tuner.Measure(pipeline, x, space, devices, FLAGS.repeats)
   measure_s = time.perf_counter() - start
-  unbounded = 1 << 50
   runs = {}
-  for r in _Search(pipeline, measured, unbounded, space):
+  for r in _Search(pipeline, measured, _UNBOUNDED, space):
     step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
     runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
-  tuned = _Tuned(pipeline, measured, space, unbounded, runs)
+  return _Report(name, pipeline, measured, measure_s, runs)
+
+
+def Replay(recorded: Dict[str, Any]) -> Dict[str, Any]:
+  """Run's JSON row from `recorded` (a Run's row): its measurements and
+  the grid's trials as recorded, the tuner's steps after Measure anew."""
+  from lingvo_pipe.planning import candidates  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import measured_costs  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import overheads  # pylint: disable=g-import-not-at-top
+  from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+  name = recorded['workload']
+  pipeline = _Pipeline(name)
+  costs = {int(m): [measured_costs.LayerCost(**c) for c in layers]
+           for m, layers in recorded['layer_costs'].items()}
+  measured = candidates.Measurements(costs, overheads.Overheads(**recorded['overheads']),
+                                     deferred_shares=tuner.DeferredShares(pipeline, costs))
+  grid = {g['candidate']: g for g in recorded['grid']}
+  runs = {}
+  for r in _Search(pipeline, measured, _UNBOUNDED, _Space()):
+    if str(r.candidate) not in grid:
+      raise ValueError(f'{r.candidate} is not in the grid of {FLAGS.replay}: replay with '
+                       'the flags (workload, space) of the run that wrote it.')
+    g = grid[str(r.candidate)]
+    runs[r.candidate] = dict(step_s=g['measured_s'],
+                             peak_bytes=round(g['measured_peak_mb'] * _MIB) or None)
+  return _Report(name, pipeline, measured, recorded['measure_s'], runs)
+
+
+def _Report(name: str, pipeline, measured, measure_s: float, runs) -> Dict[str, Any]:
+  """Run's JSON row: the tuner (with `runs` as its trials) against the grid."""
+  space = _Space()
+  tuned = _Tuned(pipeline, measured, space, _UNBOUNDED, runs)
   calibrated, probes = tuned.measured, tuned.probes
-  rows = _Search(pipeline, calibrated, unbounded, space)
+  rows = _Search(pipeline, calibrated, _UNBOUNDED, space)
   grid = []
   for r in rows:
     run = runs[r.candidate]
@@ -188,6 +230,13 @@ def main(argv):
   cpu = tf.config.list_physical_devices('CPU')[0]
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.devices)
+  if FLAGS.replay:
+    with open(FLAGS.replay) as f:
+      recorded = json.load(f)
+    print(json.dumps(dict(machine=recorded['machine'], replayed_from=FLAGS.replay,
+                          rows=[Replay(row) for row in recorded['rows']
+                                if row['workload'] in FLAGS.workloads])))
+    return
   print(json.dumps(dict(machine=runner.MachineInfo(),
                         rows=[Run(name) for name in FLAGS.workloads])))
 

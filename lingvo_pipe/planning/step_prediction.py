@@ -17,8 +17,8 @@ cell's first adds them into its accumulators (LayerCost.accumulate_s).
 That is the step if the devices were separate machines. On one machine
 they share its cores, so the step also takes at least the sum of all
 actions over the devices' concurrency (1 where each op already fills the
-cores, K for separate machines; tuner.Calibrate measures it from whole
-steps): the prediction is the larger of the two.
+cores, K for separate machines; calibration.Calibrate measures it from
+whole steps): the prediction is the larger of the two.
 """
 
 import dataclasses

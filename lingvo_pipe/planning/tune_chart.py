@@ -8,13 +8,13 @@ import matplotlib
 matplotlib.use('Agg')  # files only; no display needed
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
+from lingvo_pipe.planning import candidates  # pylint: disable=g-import-not-at-top
 
 _MIB = 2.0**20
 
 
-def Draw(rows: Sequence[tuner.Row], budget_bytes: int, path: str, title: str,
-         pick: Optional[tuner.Row] = None) -> None:
+def Draw(rows: Sequence[candidates.Row], budget_bytes: int, path: str, title: str,
+         pick: Optional[candidates.Row] = None) -> None:
   """Writes the PNG `path`: a point per row (peak MiB, step ms), grey where
   it does not fit, the verified rows' measured steps joined to their
   predictions, the budget a vertical line and the pick a star."""

@@ -14,7 +14,7 @@ from measured costs and confirmed by running it.
    steps are the same program (same splits, actions and remat decisions:
    e.g. any schedule on one device) count once, as the first of the
    space's.
-3. Calibrate: a few fitting candidates run whole training steps (a
+3. Calibrate (calibration.py): a few fitting candidates run whole training steps (a
    `trial`: planning/trial.py's, or the trainer's): the unpipelined step
    at each M (how much faster the layers run together than alone; under a
    budget it exceeds, the step on the fewest devices that fits) and a
@@ -30,22 +30,22 @@ peak is the device's own.
 
 import dataclasses
 import itertools
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.core import layer_meta
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.layout import plan as plan_lib
-from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.planning import calibration
+from lingvo_pipe.planning import candidates
 from lingvo_pipe.planning import deferral
 from lingvo_pipe.planning import measured_costs
 from lingvo_pipe.planning import memory_model
 from lingvo_pipe.planning import overheads as overheads_lib
 from lingvo_pipe.planning import planner
-from lingvo_pipe.planning import step_prediction
 
 Kind = schedule.ScheduleKind
 # (ScheduleKind, cells per device v) of the built-in schedules: what the
@@ -62,71 +62,6 @@ class Space:
   micro_batches: Sequence[int] = (1, 2, 4, 8, 16)
   remats: Sequence[RematPolicy] = tuple(RematPolicy)
 
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-  """One layout of the pipeline."""
-  schedule_kind: Kind
-  num_devices: int
-  cells_per_device: int
-  num_micro_batches: int
-  remat: RematPolicy
-  splits: Tuple[int, ...]
-
-  def Apply(self, pipeline: hyperparams.Params) -> hyperparams.Params:
-    """A copy of the PipeliningLayer params `pipeline` with this layout."""
-    return pipeline.Copy().Set(**self._Values())
-
-  def Override(self, prefix: str) -> str:
-    """The layout as --model_params_override items of the pipeline at `prefix`."""
-    return '; '.join(f'{prefix}.{k}={_Text(v)}' for k, v in self._Values().items())
-
-  def _Values(self) -> Dict[str, Any]:
-    return dict(num_partitions=self.num_devices * self.cells_per_device,
-                num_micro_batches=self.num_micro_batches, micro_batch_size=0,
-                remat=self.remat, schedule=self.schedule_kind,
-                cells_per_device=self.cells_per_device, splits=list(self.splits))
-
-  def __str__(self) -> str:
-    v = f' v={self.cells_per_device}' if self.cells_per_device > 1 else ''
-    return (f'K={self.num_devices}{v} M={self.num_micro_batches} {self.remat.name} '
-            f'{self.schedule_kind.name}')
-
-
-def _Text(value: Any) -> str:
-  return value.name if hasattr(value, 'name') else str(value)
-
-
-@dataclasses.dataclass
-class Row:
-  """A candidate, predicted and (if it ran) measured. `peak_bytes` is the
-  predicted peak of its fullest device; `shared_peak_bytes` and
-  `total_peak_bytes` the planner's range for one allocator that all its
-  devices share (planner.PlanRow); `measured_peak_bytes` is the
-  allocator's over every device of the trial (on CPU they share one)."""
-  candidate: Candidate
-  predicted: step_prediction.StepSeconds
-  peak_bytes: int
-  shared_peak_bytes: int
-  total_peak_bytes: int
-  fits: bool
-  measured_s: Optional[float] = None
-  measured_peak_bytes: Optional[int] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Measurements:
-  """Per micro-batch count M the layers' costs at its micro-batch size, the
-  step's overheads, per M each layer's share of weights whose gradients a
-  deferring backward defers (deferral.Shares; none given: all), and the
-  calibration by whole steps (Calibrate): per M the factor from the
-  layers' seconds alone to the unpipelined step's (`scale`), per device
-  count and remat policy the devices' concurrency."""
-  costs: Dict[int, List[measured_costs.LayerCost]]
-  overheads: overheads_lib.Overheads = overheads_lib.Overheads()
-  scale: Dict[int, float] = dataclasses.field(default_factory=dict)
-  concurrency: Dict[Tuple[int, RematPolicy], float] = dataclasses.field(default_factory=dict)
-  deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
 
 
 def _Batch(pipeline: hyperparams.Params) -> int:
@@ -150,66 +85,33 @@ def MicroBatchCounts(pipeline: hyperparams.Params, space: Space) -> List[int]:
 
 
 def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], space: Space,
-            devices: Sequence[str], repeats: int = 3) -> Measurements:
+            devices: Sequence[str], repeats: int = 3) -> candidates.Measurements:
   """Each layer timed alone at every M of the space (on devices[0]), and
   the overheads (with two devices or more); not yet calibrated."""
-  costs, shares = {}, {}
-  contract = micro_batch.Contract.FromParams(pipeline)
+  costs = {}
   for m in MicroBatchCounts(pipeline, space):
     p = pipeline.Copy().Set(num_micro_batches=m, micro_batch_size=0)
     costs[m] = measured_costs.Measure(p, inputs, repeats, devices[0])
+  extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
+  return candidates.Measurements(costs, extra, deferred_shares=DeferredShares(pipeline, costs))
+
+
+def DeferredShares(pipeline: hyperparams.Params,
+                   micro_batch_counts: Iterable[int]) -> Dict[int, List[float]]:
+  """Per M, each layer's share of weights whose gradients a deferring
+  backward defers (deferral.Shares of the layers' FPropMeta)."""
+  contract = micro_batch.Contract.FromParams(pipeline)
+  shares = {}
+  for m in micro_batch_counts:
     micro_shapes = contract.SplitShapes(layer_meta.Shapes(*pipeline.input_shapes), m)
     shares[m] = deferral.Shares(
         [meta for _, meta in memory_model.Chain(pipeline.layers, micro_shapes)], m)
-  extra = overheads_lib.Measure(devices) if len(devices) > 1 else overheads_lib.Overheads()
-  return Measurements(costs, extra, deferred_shares=shares)
+  return shares
 
 
-def _Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
-  """The training step `candidate` (applied as `p`) runs."""
-  c = candidate
-  return program.Lower(schedule.Actions(c.schedule_kind, c.num_devices, c.num_micro_batches,
-                                        c.cells_per_device),
-                       c.remat, p.remat_last_micro_batch, 1, program.Step.LOSS_INSIDE,
-                       program.EmissionOf(plan_lib.LoopFromM(p), c.num_micro_batches))
-
-
-def _Predict(candidate: Candidate, step: program.Program,
-             measured: Measurements) -> step_prediction.StepSeconds:
-  """The seconds of `candidate`'s training step `step` (_Program)."""
-  m = candidate.num_micro_batches
-  micro = _Scaled(measured, m)
-  whole = (_Scaled(measured, 1) if 1 in measured.costs else
-           [dataclasses.replace(c, weight_grad_s=m * c.weight_grad_s) for c in micro])
-  deferring, deferred = step_prediction.DeferringCosts(
-      micro, whole, measured.deferred_shares.get(m, [1.0] * len(micro)))
-  cells = [step_prediction.CellCosts(c, candidate.splits) for c in (micro, deferring, deferred)]
-  return step_prediction.Predict(step, cells[0], _Concurrency(measured, candidate),
-                                 measured.overheads, cells[1], cells[2])
-
-
-def _Concurrency(measured: Measurements, candidate: Candidate) -> float:
-  """The calibrated concurrency of `candidate`'s devices under its remat
-  policy; without one, the least recomputing policy's on as many devices,
-  else 1."""
-  found = [measured.concurrency.get((candidate.num_devices, r))
-           for r in [candidate.remat] + list(RematPolicy)]
-  return next((c for c in found if c is not None), 1.0)
-
-
-def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
-  """The layers' costs at M=`m`, times its calibration factor."""
-  scale = measured.scale.get(m, 1.0)
-  return [dataclasses.replace(c, forward_s=c.forward_s * scale,
-                              input_grad_s=c.input_grad_s * scale,
-                              weight_grad_s=c.weight_grad_s * scale,
-                              accumulate_s=c.accumulate_s * scale)
-          for c in measured.costs[m]]
-
-
-def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,
-           space: Space = Space(), optimizer_slots: int = 0,
-           gradients_held: bool = True) -> List[Row]:
+def Search(pipeline: hyperparams.Params, measured: candidates.Measurements,
+           budget_bytes: int, space: Space = Space(), optimizer_slots: int = 0,
+           gradients_held: bool = True) -> List[candidates.Row]:
   """Every runnable candidate of the space with measured costs, predicted
   (module docstring); fitting rows first, each group fastest first.
   `optimizer_slots` and `gradients_held` say what the trial's step holds
@@ -224,10 +126,10 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
     if d * v > num_layers or (v > 1 and d == 1) or m not in measured.costs:
       continue
     costs = [c.step_s for c in measured.costs[m]]
-    candidate = Candidate(kind, d, v, m, remat,
-                          tuple(partition.BalancedSplits(costs, d * v)))
+    candidate = candidates.Candidate(kind, d, v, m, remat,
+                                     tuple(partition.BalancedSplits(costs, d * v)))
     p = candidate.Apply(pipeline)
-    step = _Program(candidate, p)
+    step = candidates.Program(candidate, p)
     same = (candidate.splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
     if same in seen:  # e.g. every schedule on one device: the same step as GPIPE's
       continue
@@ -236,9 +138,9 @@ def Search(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
         p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
         partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
         plan_lib.LoopFromM(p), costs, _KeptBytes(measured.costs[m]), gradients_held)
-    rows.append(Row(candidate, _Predict(candidate, step, measured), row.max_peak_bytes,
-                    row.shared_peak_bytes, row.total_peak_bytes,
-                    row.max_peak_bytes <= budget_bytes))
+    rows.append(candidates.Row(candidate, candidates.Predict(candidate, step, measured),
+                               row.max_peak_bytes, row.shared_peak_bytes,
+                               row.total_peak_bytes, row.max_peak_bytes <= budget_bytes))
   # Ties (within a microsecond) go to fewer devices, then fewer micro-batches.
   rows.sort(key=lambda r: (not r.fits, round(r.predicted.seconds, 6), r.peak_bytes,
                            r.candidate.num_devices, r.candidate.num_micro_batches))
@@ -252,99 +154,7 @@ def _KeptBytes(costs: Sequence[measured_costs.LayerCost]) -> List[int]:
   return [k for k in kept if k is not None] if None not in kept else []
 
 
-# (the candidate) -> (seconds per step, peak bytes or None) of a few steps.
-Trial = Callable[[Candidate], Tuple[float, Optional[int]]]
-
-
-# The schedules a calibration step may run, preferred first: 1F1B keeps
-# one micro-batch's activations at a time where fill-drain keeps all M, whose
-# memory traffic the layers timed alone do not have (on the transformer
-# workload at M=4 an unpipelined fill-drain step took 0.78 s, most other M=4
-# steps 0.53 to 0.76 s: calibrated on it, M=4 predictions were 30-47% high).
-_PROBE_SCHEDULES = (Kind.ONE_F_ONE_B, Kind.GPIPE)
-
-
-def _Probe(rows: Sequence[Row], devices: int, micro: int,
-           remat: Optional[RematPolicy] = None) -> Optional[Row]:
-  """The fitting row of `devices` x1 cells at M=`micro` (under `remat`,
-  if given) to calibrate on: 1F1B if one fits, else fill-drain; the least
-  recomputing one."""
-  found = [r for r in rows if r.fits and r.candidate.schedule_kind in _PROBE_SCHEDULES and
-           r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
-           r.candidate.num_micro_batches == micro and remat in (None, r.candidate.remat)]
-  order = list(RematPolicy)
-  return min(found, key=lambda r: (_PROBE_SCHEDULES.index(r.candidate.schedule_kind),
-                                   order.index(r.candidate.remat)), default=None)
-
-
-def Calibrate(pipeline: hyperparams.Params, measured: Measurements, rows: Sequence[Row],
-              trial: Trial) -> Measurements:
-  """`measured` calibrated by whole steps, each a fitting row of `rows`
-  (Search's, uncalibrated) run by `trial`, its measured figures kept in
-  the row:
-  - per M, the step with the fewest devices that fits (_Probe's schedule;
-    unpipelined if one fits): `scale` is its measured seconds over the
-    prediction from the layers timed alone at concurrency 1 (less the
-    overheads); they differ because a whole step overlaps its independent
-    ops, which layers timed alone cannot. Where no unpipelined step fits
-    the budget, the factor also holds that step's devices' concurrency (on
-    these 2 cores 1.03-1.19 where measured apart). An M without a fitting
-    step takes the nearest M's factor.
-  - per device count K > 1, without remat and with it, _Probe's step at
-    the largest M: the concurrency that makes the prediction's shared
-    bound its measured seconds, within [1, K] (K where the simulated step
-    alone explains them); the least recomputing remat policy that fits
-    measures it for all. Remat runs the micro-batches it does not keep as
-    calls of the cell's traced functions, where a kept one's ops are
-    inlined into the step, and two devices' calls overlap more than their
-    inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
-    the concurrency measured without remat).
-  """
-  scale: Dict[int, float] = {}
-  device_counts = sorted({r.candidate.num_devices for r in rows})
-  for m in sorted(measured.costs):
-    probe = next((p for p in (_Probe(rows, d, m) for d in device_counts) if p is not None),
-                 None)
-    if probe is None:
-      continue
-    _Run(probe, trial)
-    step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
-    layers = _Predict(probe.candidate, step,
-                      dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
-    overhead = probe.predicted.seconds - layers
-    scale[m] = max((probe.measured_s or 0.0) - overhead, 0.0) / layers if layers > 0 else 1.0
-  for m in measured.costs:
-    if m not in scale and scale:
-      scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
-  scaled = dataclasses.replace(measured, scale=scale)
-  concurrency: Dict[Tuple[int, RematPolicy], float] = {}
-  remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
-  for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
-    alike = [c for (k, r), c in concurrency.items()
-             if k == d and (r == RematPolicy.NONE) == (remat == RematPolicy.NONE)]
-    if alike:
-      concurrency[d, remat] = alike[0]
-      continue
-    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
-    probe = next((r for r in found if r is not None), None)
-    if probe is None:
-      continue
-    _Run(probe, trial)
-    step = _Program(probe.candidate, probe.candidate.Apply(pipeline))
-    unit = _Predict(probe.candidate, step, scaled)
-    work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
-    spent = (probe.measured_s or 0.0) - measured.overheads.step_s
-    concurrency[d, remat] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
-  return dataclasses.replace(scaled, concurrency=concurrency)
-
-
-def _Run(row: Row, trial: Trial) -> None:
-  """Runs `row`'s trial unless it ran already, keeping its figures in it."""
-  if row.measured_s is None:
-    row.measured_s, row.measured_peak_bytes = trial(row.candidate)
-
-
-def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:
+def CheckFits(rows: Sequence[candidates.Row], budget_bytes: int) -> None:
   """Raises ValueError naming the smallest predicted peak if no row fits."""
   if not rows or rows[0].fits:
     return
@@ -355,7 +165,8 @@ def CheckFits(rows: Sequence[Row], budget_bytes: int) -> None:
       f'of at least {smallest.peak_bytes / 2**20:.1f} MiB, or more devices.')
 
 
-def Verify(rows: Sequence[Row], trial: Trial, budget_bytes: int, top: int = 3) -> Row:
+def Verify(rows: Sequence[candidates.Row], trial: calibration.Trial, budget_bytes: int,
+           top: int = 3) -> candidates.Row:
   """Runs the `top` fastest predicted fitting rows not measured yet
   (filling in their measured figures; Record) and returns the fastest
   measured fitting row. A row that turns out not to fit (Record) is
@@ -378,7 +189,8 @@ def Verify(rows: Sequence[Row], trial: Trial, budget_bytes: int, top: int = 3) -
   return min(measured, key=lambda r: r.measured_s or 0.0)
 
 
-def Record(row: Row, result: Tuple[float, Optional[int]], budget_bytes: int) -> None:
+def Record(row: candidates.Row, result: Tuple[float, Optional[int]],
+           budget_bytes: int) -> None:
   """Keeps a trial's (seconds, peak bytes) in `row`. A one-device row whose
   measured peak exceeds the budget no longer fits: that peak is its
   device's own (on several logical devices it is all of theirs together,
@@ -391,7 +203,8 @@ def Record(row: Row, result: Tuple[float, Optional[int]], budget_bytes: int) -> 
     row.fits = False
 
 
-def FormatTable(rows: Sequence[Row], pick: Optional[Row] = None, limit: int = 20) -> str:
+def FormatTable(rows: Sequence[candidates.Row], pick: Optional[candidates.Row] = None,
+                limit: int = 20) -> str:
   """The fitting rows (at most `limit`), fastest predicted first, the
   pick marked '*'; then how many did not fit."""
   shown = [r for r in rows if r.fits][:limit]
@@ -417,15 +230,16 @@ class Tuned:
   """What Choose found: every row (the calibrated Search's, with the
   trials' figures), the pick, the calibrated measurements, and the
   candidates that ran for the calibration."""
-  rows: List[Row]
-  pick: Row
-  measured: Measurements
-  probes: FrozenSet[Candidate]
+  rows: List[candidates.Row]
+  pick: candidates.Row
+  measured: candidates.Measurements
+  probes: FrozenSet[candidates.Candidate]
 
 
-def Choose(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: int,
-           trial: Trial, space: Space = Space(), optimizer_slots: int = 0,
-           verify: int = 3, gradients_held: bool = True) -> Tuned:
+def Choose(pipeline: hyperparams.Params, measured: candidates.Measurements,
+           budget_bytes: int, trial: calibration.Trial, space: Space = Space(),
+           optimizer_slots: int = 0, verify: int = 3,
+           gradients_held: bool = True) -> Tuned:
   """Search, Calibrate, Search again and Verify (module docstring), from
   `measured` (Measure's).
 
@@ -435,7 +249,7 @@ def Choose(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
   """
   rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots, gradients_held)
   CheckFits(rows, budget_bytes)
-  calibrated = Calibrate(pipeline, measured, rows, trial)
+  calibrated = calibration.Calibrate(pipeline, measured, rows, trial)
   probes = {r.candidate: r for r in rows if r.measured_s is not None}
   rows = Search(pipeline, calibrated, budget_bytes, space, optimizer_slots, gradients_held)
   for r in rows:
@@ -447,9 +261,9 @@ def Choose(pipeline: hyperparams.Params, measured: Measurements, budget_bytes: i
 
 
 def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
-         devices: Sequence[str], trial: Trial, space: Space = Space(),
+         devices: Sequence[str], trial: calibration.Trial, space: Space = Space(),
          optimizer_slots: int = 0, verify: int = 3, repeats: int = 3,
-         gradients_held: bool = True) -> Tuple[List[Row], Row]:
+         gradients_held: bool = True) -> Tuple[List[candidates.Row], candidates.Row]:
   """Measure, then Choose: (every row, the pick).
 
   Raises:

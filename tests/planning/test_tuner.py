@@ -13,6 +13,8 @@ from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
+from lingvo_pipe.planning import calibration
+from lingvo_pipe.planning import candidates
 from lingvo_pipe.planning import measured_costs
 from lingvo_pipe.planning import overheads
 from lingvo_pipe.planning import step_prediction
@@ -104,7 +106,7 @@ def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
   counts = tuner.MicroBatchCounts(pipeline, space)
   costs = {m: [measured_costs.LayerCost(*[per_micro(m)] * 3)] * len(pipeline.layers)
            for m in counts}
-  return tuner.Measurements(costs, concurrency={(d, r): concurrency
+  return candidates.Measurements(costs, concurrency={(d, r): concurrency
                                                 for d in (2, 4) for r in RematPolicy})
 
 
@@ -191,7 +193,7 @@ def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits
   that K's concurrency of 1. No trial runs twice."""
   pipeline, _ = _Stack()
   space = tuner.Space(micro_batches=(1, 2), remats=[RematPolicy.NONE])
-  measured = tuner.Measurements(_Measured(pipeline, space).costs)
+  measured = candidates.Measurements(_Measured(pipeline, space).costs)
   single = min(r.peak_bytes for r in tuner.Search(pipeline, measured, 1 << 40, space)
                if r.candidate.num_devices == 1)
   for budget, fewest in ((1 << 40, 1), (single - 1, 2)):
@@ -200,7 +202,7 @@ def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits
     assert calibrated.scale == pytest.approx({1: 2.0, 2: 2.0})
     assert min(c.num_devices for c in ran) == fewest
     for c in ran:
-      again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
+      again = candidates.Predict(c, candidates.Program(c, c.Apply(pipeline)), calibrated).seconds
       assert again == pytest.approx(2 * predicted[c])
 
 
@@ -212,7 +214,7 @@ def test_steps_with_and_without_remat_get_their_own_concurrency():
   takes the least recomputing one's."""
   pipeline, _ = _Stack()
   space = tuner.Space(micro_batches=(1, 2), remats=list(RematPolicy))
-  measured = tuner.Measurements(_Measured(pipeline, space).costs)
+  measured = candidates.Measurements(_Measured(pipeline, space).costs)
   ran, calibrated, predicted = _Calibrated(pipeline, measured, 1 << 40, space, {
       RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 1.8, RematPolicy.PER_LAYER: 1.8})
   assert set(calibrated.concurrency) == {(d, r) for d in (2, 4) for r in RematPolicy}
@@ -222,16 +224,16 @@ def test_steps_with_and_without_remat_get_their_own_concurrency():
   assert {(c.num_devices, c.remat) for c in ran if c.num_devices > 1} == {
       (d, r) for d in (2, 4) for r in (RematPolicy.NONE, RematPolicy.PER_CELL)}
   for c in ran:
-    again = tuner._Predict(c, tuner._Program(c, c.Apply(pipeline)), calibrated).seconds
+    again = candidates.Predict(c, candidates.Program(c, c.Apply(pipeline)), calibrated).seconds
     factor = 1.8 if c.remat == RematPolicy.PER_CELL and c.num_devices > 1 else 2.0
     assert again == pytest.approx(factor * predicted[c])
   layer = dataclasses.replace(measured, concurrency={(2, RematPolicy.NONE): 1.5})
-  assert tuner._Concurrency(layer, dataclasses.replace(ran[-1], num_devices=2,
+  assert candidates.Concurrency(layer, dataclasses.replace(ran[-1], num_devices=2,
                                                       remat=RematPolicy.PER_LAYER)) == 1.5
 
 
 def _Calibrated(pipeline, measured, budget, space, factors):
-  """tuner.Calibrate on trials that run factors[remat] x the uncalibrated
+  """calibration.Calibrate on trials that run factors[remat] x the uncalibrated
   prediction on several devices (2x on one): (candidates run, each once;
   the calibrated measurements; the uncalibrated predictions)."""
   rows = tuner.Search(pipeline, measured, budget, space)
@@ -243,14 +245,14 @@ def _Calibrated(pipeline, measured, budget, space, factors):
     factor = factors[candidate.remat] if candidate.num_devices > 1 else 2.0
     return factor * predicted[candidate], None
 
-  calibrated = tuner.Calibrate(pipeline, measured, rows, Trial)
+  calibrated = calibration.Calibrate(pipeline, measured, rows, Trial)
   assert len(ran) == len(set(ran))
   return ran, calibrated, predicted
 
 
 def test_a_candidate_builds_the_cells_its_splits_name():
   pipeline, _ = _Stack(num_layers=5)
-  candidate = tuner.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
+  candidate = candidates.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
                               (1, 2, 4))
   pipe = candidate.Apply(pipeline).Instantiate()
   assert pipe.CellLayerIndices() == [[0], [1], [2, 3], [4]]

@@ -1,0 +1,104 @@
+"""Calibration (the tuner's step 3): how much whole training steps differ
+from their layers timed alone, measured by running a few of them (a
+`Trial` each); Calibrate's docstring says which and what it keeps."""
+
+import dataclasses
+import itertools
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from lingvo_pipe.core import hyperparams
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.planning import candidates
+from lingvo_pipe.planning import overheads as overheads_lib
+
+# (the candidate) -> (seconds per step, peak bytes or None) of a few steps.
+Trial = Callable[[candidates.Candidate], Tuple[float, Optional[int]]]
+
+
+# The schedules a calibration step may run, preferred first: 1F1B keeps
+# one micro-batch's activations at a time where fill-drain keeps all M, whose
+# memory traffic the layers timed alone do not have (on the transformer
+# workload at M=4 an unpipelined fill-drain step took 0.78 s, most other M=4
+# steps 0.53 to 0.76 s: calibrated on it, M=4 predictions were 30-47% high).
+_PROBE_SCHEDULES = (candidates.Kind.ONE_F_ONE_B, candidates.Kind.GPIPE)
+
+
+def _Probe(rows: Sequence[candidates.Row], devices: int, micro: int,
+           remat: Optional[RematPolicy] = None) -> Optional[candidates.Row]:
+  """The fitting row of `devices` x1 cells at M=`micro` (under `remat`,
+  if given) to calibrate on: 1F1B if one fits, else fill-drain; the least
+  recomputing one."""
+  found = [r for r in rows if r.fits and r.candidate.schedule_kind in _PROBE_SCHEDULES and
+           r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
+           r.candidate.num_micro_batches == micro and remat in (None, r.candidate.remat)]
+  order = list(RematPolicy)
+  return min(found, key=lambda r: (_PROBE_SCHEDULES.index(r.candidate.schedule_kind),
+                                   order.index(r.candidate.remat)), default=None)
+
+
+def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
+              rows: Sequence[candidates.Row], trial: Trial) -> candidates.Measurements:
+  """`measured` calibrated by whole steps, each a fitting row of `rows`
+  (Search's, uncalibrated) run by `trial`, its measured figures kept in
+  the row:
+  - per M, the step with the fewest devices that fits (_Probe's schedule;
+    unpipelined if one fits): `scale` is its measured seconds over the
+    prediction from the layers timed alone at concurrency 1 (less the
+    overheads); they differ because a whole step overlaps its independent
+    ops, which layers timed alone cannot. Where no unpipelined step fits
+    the budget, the factor also holds that step's devices' concurrency (on
+    these 2 cores 1.03-1.19 where measured apart). An M without a fitting
+    step takes the nearest M's factor.
+  - per device count K > 1, without remat and with it, _Probe's step at
+    the largest M: the concurrency that makes the prediction's shared
+    bound its measured seconds, within [1, K] (K where the simulated step
+    alone explains them); the least recomputing remat policy that fits
+    measures it for all. Remat runs the micro-batches it does not keep as
+    calls of the cell's traced functions, where a kept one's ops are
+    inlined into the step, and two devices' calls overlap more than their
+    inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
+    the concurrency measured without remat).
+  """
+  scale: Dict[int, float] = {}
+  device_counts = sorted({r.candidate.num_devices for r in rows})
+  for m in sorted(measured.costs):
+    probe = next((p for p in (_Probe(rows, d, m) for d in device_counts) if p is not None),
+                 None)
+    if probe is None:
+      continue
+    Run(probe, trial)
+    step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
+    layers = candidates.Predict(probe.candidate, step,
+                      dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
+    overhead = probe.predicted.seconds - layers
+    scale[m] = max((probe.measured_s or 0.0) - overhead, 0.0) / layers if layers > 0 else 1.0
+  for m in measured.costs:
+    if m not in scale and scale:
+      scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
+  scaled = dataclasses.replace(measured, scale=scale)
+  concurrency: Dict[Tuple[int, RematPolicy], float] = {}
+  remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
+  for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
+    alike = [c for (k, r), c in concurrency.items()
+             if k == d and (r == RematPolicy.NONE) == (remat == RematPolicy.NONE)]
+    if alike:
+      concurrency[d, remat] = alike[0]
+      continue
+    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
+    probe = next((r for r in found if r is not None), None)
+    if probe is None:
+      continue
+    Run(probe, trial)
+    step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
+    unit = candidates.Predict(probe.candidate, step, scaled)
+    work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
+    spent = (probe.measured_s or 0.0) - measured.overheads.step_s
+    concurrency[d, remat] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
+  return dataclasses.replace(scaled, concurrency=concurrency)
+
+
+def Run(row: candidates.Row, trial: Trial) -> None:
+  """Runs `row`'s trial unless it ran already, keeping its figures in it."""
+  if row.measured_s is None:
+    row.measured_s, row.measured_peak_bytes = trial(row.candidate)
+
