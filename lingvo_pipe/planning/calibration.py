@@ -41,14 +41,18 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
   """`measured` calibrated by whole steps, each a fitting row of `rows`
   (Search's, uncalibrated) run by `trial`, its measured figures kept in
   the row:
-  - per M, the step with the fewest devices that fits (_Probe's schedule;
-    unpipelined if one fits): `scale` is its measured seconds over the
+  - per M, the step with the fewest devices that fits without remat, else
+    the least recomputing one (_Probe's schedule; unpipelined if one fits):
+    `scale` is its measured seconds over the
     prediction from the layers timed alone at concurrency 1 (less the
     overheads); they differ because a whole step overlaps its independent
     ops, which layers timed alone cannot. Where no unpipelined step fits
     the budget, the factor also holds that step's devices' concurrency (on
-    these 2 cores 1.03-1.19 where measured apart). An M without a fitting
-    step takes the nearest M's factor.
+    these 2 cores 1.03-1.19 where measured apart). Without remat first:
+    one-device remat steps ran 1.1-1.25x their prediction on ffn, and that
+    factor, taken for an M, also made the concurrency of the devices of
+    that M's steps without remat 1.40 where 1.07 was measured (a pick
+    1.26x the best). An M without a fitting step takes the nearest M's.
   - per device count K > 1, without remat and with it, _Probe's step at
     the largest M: the concurrency that makes the prediction's shared
     bound its measured seconds, within [1, K] (K where the simulated step
@@ -62,8 +66,8 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
   scale: Dict[int, float] = {}
   device_counts = sorted({r.candidate.num_devices for r in rows})
   for m in sorted(measured.costs):
-    probe = next((p for p in (_Probe(rows, d, m) for d in device_counts) if p is not None),
-                 None)
+    found = (_Probe(rows, d, m, remat) for remat in RematPolicy for d in device_counts)
+    probe = next((p for p in found if p is not None), None)
     if probe is None:
       continue
     Run(probe, trial)

@@ -14,10 +14,11 @@ from measured costs and confirmed by running it.
    steps are the same program (same splits, actions and remat decisions:
    e.g. any schedule on one device) count once, as the first of the
    space's.
-3. Calibrate (calibration.py): a few fitting candidates run whole training steps (a
-   `trial`: planning/trial.py's, or the trainer's): the unpipelined step
-   at each M (how much faster the layers run together than alone; under a
-   budget it exceeds, the step on the fewest devices that fits) and a
+3. Calibrate (calibration.py): a few fitting candidates run whole
+   training steps (a `trial`: planning/trial.py's, or the trainer's): the
+   unpipelined step at each M (how much faster the layers run together
+   than alone; under a budget it exceeds, the step on the fewest devices
+   that fits without remat, else with the least) and a
    step on each number of devices, without remat and with it (how much
    they gain by running at once: on logical CPU devices they share the
    cores), 1F1B where it fits, else fill-drain; Search again.

@@ -107,7 +107,7 @@ def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
   costs = {m: [measured_costs.LayerCost(*[per_micro(m)] * 3)] * len(pipeline.layers)
            for m in counts}
   return candidates.Measurements(costs, concurrency={(d, r): concurrency
-                                                for d in (2, 4) for r in RematPolicy})
+                                                     for d in (2, 4) for r in RematPolicy})
 
 
 def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once():
@@ -202,8 +202,29 @@ def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits
     assert calibrated.scale == pytest.approx({1: 2.0, 2: 2.0})
     assert min(c.num_devices for c in ran) == fewest
     for c in ran:
-      again = candidates.Predict(c, candidates.Program(c, c.Apply(pipeline)), calibrated).seconds
-      assert again == pytest.approx(2 * predicted[c])
+      again = candidates.Predict(c, candidates.Program(c, c.Apply(pipeline)), calibrated)
+      assert again.seconds == pytest.approx(2 * predicted[c])
+
+
+def test_an_m_is_scaled_by_a_step_without_remat_where_one_fits_on_more_devices():
+  """Under a budget where at M=2 one device fits only per-cell remat, and
+  two devices fit without it: M=2's factor is the two-device step's, not
+  the remat step's (one-device remat steps ran 1.1-1.25x their
+  prediction on ffn: that factor would have carried into every step
+  without remat at M=2 and into two devices' concurrency)."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(2,), remats=[RematPolicy.NONE, RematPolicy.PER_CELL])
+  measured = candidates.Measurements(_Measured(pipeline, space).costs)
+  rows = tuner.Search(pipeline, measured, 1 << 40, space)
+  budget = min(r.peak_bytes for r in rows
+               if r.candidate.num_devices == 1 and r.candidate.remat == RematPolicy.PER_CELL)
+  assert all(r.peak_bytes > budget for r in rows
+             if r.candidate.num_devices == 1 and r.candidate.remat == RematPolicy.NONE)
+  ran, calibrated, _ = _Calibrated(pipeline, measured, budget, space, {
+      RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 2.0}, single=3.0)
+  assert calibrated.scale == pytest.approx({2: 2.0})
+  assert (1, RematPolicy.PER_CELL) not in {(c.num_devices, c.remat) for c in ran}
+  assert calibrated.concurrency[2, RematPolicy.NONE] == pytest.approx(1.0)
 
 
 def test_steps_with_and_without_remat_get_their_own_concurrency():
@@ -228,21 +249,25 @@ def test_steps_with_and_without_remat_get_their_own_concurrency():
     factor = 1.8 if c.remat == RematPolicy.PER_CELL and c.num_devices > 1 else 2.0
     assert again == pytest.approx(factor * predicted[c])
   layer = dataclasses.replace(measured, concurrency={(2, RematPolicy.NONE): 1.5})
-  assert candidates.Concurrency(layer, dataclasses.replace(ran[-1], num_devices=2,
-                                                      remat=RematPolicy.PER_LAYER)) == 1.5
+  assert candidates.Concurrency(layer, dataclasses.replace(
+      ran[-1], num_devices=2, remat=RematPolicy.PER_LAYER)) == 1.5
 
 
-def _Calibrated(pipeline, measured, budget, space, factors):
-  """calibration.Calibrate on trials that run factors[remat] x the uncalibrated
-  prediction on several devices (2x on one): (candidates run, each once;
-  the calibrated measurements; the uncalibrated predictions)."""
+def _Calibrated(pipeline, measured, budget, space, factors, single=2.0):
+  """calibration.Calibrate on trials that run factors[remat] x the
+  uncalibrated prediction on several devices (`single` x on one, but 2x
+  without remat): (candidates run, each once; the calibrated
+  measurements; the uncalibrated predictions)."""
   rows = tuner.Search(pipeline, measured, budget, space)
   predicted = {r.candidate: r.predicted.seconds for r in rows}
   ran = []
 
   def Trial(candidate):
     ran.append(candidate)
-    factor = factors[candidate.remat] if candidate.num_devices > 1 else 2.0
+    if candidate.num_devices > 1:
+      factor = factors[candidate.remat]
+    else:
+      factor = 2.0 if candidate.remat == RematPolicy.NONE else single
     return factor * predicted[candidate], None
 
   calibrated = calibration.Calibrate(pipeline, measured, rows, Trial)
@@ -253,7 +278,7 @@ def _Calibrated(pipeline, measured, budget, space, factors):
 def test_a_candidate_builds_the_cells_its_splits_name():
   pipeline, _ = _Stack(num_layers=5)
   candidate = candidates.Candidate(ScheduleKind.INTERLEAVED, 2, 2, 4, RematPolicy.PER_CELL,
-                              (1, 2, 4))
+                                   (1, 2, 4))
   pipe = candidate.Apply(pipeline).Instantiate()
   assert pipe.CellLayerIndices() == [[0], [1], [2, 3], [4]]
   assert candidate.Override('task.pipe') == (
