@@ -43,12 +43,12 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
   the row:
   - per M, the step with the fewest devices that fits without remat, else
     the least recomputing one (_Probe's schedule; unpipelined if one fits):
-    `scale` is its measured seconds over the
-    prediction from the layers timed alone at concurrency 1 (less the
-    overheads); they differ because a whole step overlaps its independent
-    ops, which layers timed alone cannot. Where no unpipelined step fits
-    the budget, the factor also holds that step's devices' concurrency (on
-    these 2 cores 1.03-1.19 where measured apart). Without remat first:
+    `scale` is its measured seconds over the prediction from the layers
+    timed alone at concurrency 1 (less the overheads); they differ
+    because a whole step overlaps its independent ops, which layers timed
+    alone cannot. Where no unpipelined step fits the budget, the factor
+    also holds that step's devices' concurrency (on these 2 cores
+    1.03-1.19 where measured apart). Without remat first:
     one-device remat steps ran 1.1-1.25x their prediction on ffn, and that
     factor, taken for an M, also made the concurrency of the devices of
     that M's steps without remat 1.40 where 1.07 was measured (a pick
@@ -72,8 +72,8 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
       continue
     Run(probe, trial)
     step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
-    layers = candidates.Predict(probe.candidate, step,
-                      dataclasses.replace(measured, overheads=overheads_lib.Overheads())).seconds
+    alone = dataclasses.replace(measured, overheads=overheads_lib.Overheads())
+    layers = candidates.Predict(probe.candidate, step, alone).seconds
     overhead = probe.predicted.seconds - layers
     scale[m] = max((probe.measured_s or 0.0) - overhead, 0.0) / layers if layers > 0 else 1.0
   for m in measured.costs:
@@ -105,4 +105,3 @@ def Run(row: candidates.Row, trial: Trial) -> None:
   """Runs `row`'s trial unless it ran already, keeping its figures in it."""
   if row.measured_s is None:
     row.measured_s, row.measured_peak_bytes = trial(row.candidate)
-

@@ -79,7 +79,7 @@ class Measurements:
   """Per micro-batch count M the layers' costs at its micro-batch size, the
   step's overheads, per M each layer's share of weights whose gradients a
   deferring backward defers (deferral.Shares; none given: all), and the
-  calibration by whole steps (Calibrate): per M the factor from the
+  calibration by whole steps (calibration.Calibrate): per M the factor from the
   layers' seconds alone to the unpipelined step's (`scale`), per device
   count and remat policy the devices' concurrency."""
   costs: Dict[int, List[measured_costs.LayerCost]]
@@ -87,7 +87,6 @@ class Measurements:
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
   concurrency: Dict[Tuple[int, RematPolicy], float] = dataclasses.field(default_factory=dict)
   deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
-
 
 
 def Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
@@ -100,7 +99,7 @@ def Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
 
 
 def Predict(candidate: Candidate, step: program.Program,
-             measured: Measurements) -> step_prediction.StepSeconds:
+            measured: Measurements) -> step_prediction.StepSeconds:
   """The seconds of `candidate`'s training step `step` (Program)."""
   m = candidate.num_micro_batches
   micro = _Scaled(measured, m)
@@ -130,4 +129,3 @@ def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:
                               weight_grad_s=c.weight_grad_s * scale,
                               accumulate_s=c.accumulate_s * scale)
           for c in measured.costs[m]]
-
