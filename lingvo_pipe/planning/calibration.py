@@ -62,6 +62,14 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     inlined into the step, and two devices' calls overlap more than their
     inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
     the concurrency measured without remat).
+  - ZB-H1 on the devices and M of the largest K's probe without remat:
+    its concurrency over that probe's is `split_backward`, the factor on
+    every concurrency of a schedule that splits its backwards. The
+    devices overlap separate I and W actions better than whole backwards
+    (ffn's K=4 M=8 ZB-H2 ran 0.74-0.84 of a prediction with 1F1B's
+    concurrency in three runs); replayed on those runs' grids, picks
+    within 5% of the best went from 18 to 22 of 24, for one more trial
+    (a probe per K and remat policy: 19, for four).
   """
   scale: Dict[int, float] = {}
   device_counts = sorted({r.candidate.num_devices for r in rows})
@@ -81,6 +89,7 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
       scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
   scaled = dataclasses.replace(measured, scale=scale)
   concurrency: Dict[Tuple[int, RematPolicy], float] = {}
+  probes: Dict[Tuple[int, RematPolicy], candidates.Row] = {}
   remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
   for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
     alike = [c for (k, r), c in concurrency.items()
@@ -93,12 +102,41 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     if probe is None:
       continue
     Run(probe, trial)
-    step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
-    unit = candidates.Predict(probe.candidate, step, scaled)
-    work = unit.shared - measured.overheads.step_s  # all actions at concurrency 1
-    spent = (probe.measured_s or 0.0) - measured.overheads.step_s
-    concurrency[d, remat] = min(max(work / spent if spent > 0 else d, 1.0), float(d))
-  return dataclasses.replace(scaled, concurrency=concurrency)
+    probes[d, remat] = probe
+    concurrency[d, remat] = _FittedConcurrency(pipeline, scaled, probe)
+  whole = [probes[d, r] for d, r in sorted(probes, key=lambda k: k[0]) if r == RematPolicy.NONE]
+  split = _SplitProbe(rows, whole[-1]) if whole else None
+  if split is None:
+    return dataclasses.replace(scaled, concurrency=concurrency)
+  Run(split, trial)
+  key = (split.candidate.num_devices, RematPolicy.NONE)
+  return dataclasses.replace(
+      scaled, concurrency=concurrency,
+      split_backward=_FittedConcurrency(pipeline, scaled, split) / concurrency[key])
+
+
+def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurements,
+                       probe: candidates.Row) -> float:
+  """The concurrency that makes `probe`'s shared bound (predicted from
+  `scaled`, uncalibrated for concurrency) its measured seconds, within
+  [1, K]."""
+  step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
+  unit = candidates.Predict(probe.candidate, step, scaled)
+  work = unit.shared - scaled.overheads.step_s  # all actions at concurrency 1
+  spent = (probe.measured_s or 0.0) - scaled.overheads.step_s
+  d = probe.candidate.num_devices
+  return min(max(work / spent if spent > 0 else d, 1.0), float(d))
+
+
+def _SplitProbe(rows: Sequence[candidates.Row],
+                whole: candidates.Row) -> Optional[candidates.Row]:
+  """ZB-H1 on the devices and micro-batches of `whole` (a concurrency
+  probe without remat), if it fits."""
+  c = whole.candidate
+  return next((r for r in rows if r.fits and r.candidate.schedule_kind == candidates.Kind.ZB_H1
+               and r.candidate.num_devices == c.num_devices and r.candidate.cells_per_device == 1
+               and r.candidate.num_micro_batches == c.num_micro_batches
+               and r.candidate.remat == c.remat), None)
 
 
 def Run(row: candidates.Row, trial: Trial) -> None:

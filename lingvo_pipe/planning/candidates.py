@@ -21,6 +21,10 @@ from lingvo_pipe.planning import overheads as overheads_lib
 from lingvo_pipe.planning import step_prediction
 
 Kind = schedule.ScheduleKind
+# The zero-bubble schedules: each backward runs as an input gradient (I)
+# and a weight gradient (W) of their own, which devices sharing cores
+# overlap better than whole backwards (Measurements.split_backward).
+SPLIT_BACKWARD = frozenset({Kind.ZB_H1, Kind.ZB_H2, Kind.ZB_V})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,12 +85,14 @@ class Measurements:
   deferring backward defers (deferral.Shares; none given: all), and the
   calibration by whole steps (calibration.Calibrate): per M the factor from the
   layers' seconds alone to the unpipelined step's (`scale`), per device
-  count and remat policy the devices' concurrency."""
+  count and remat policy the devices' concurrency, and the factor on it
+  of the schedules that split their backwards (`split_backward`)."""
   costs: Dict[int, List[measured_costs.LayerCost]]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
   concurrency: Dict[Tuple[int, RematPolicy], float] = dataclasses.field(default_factory=dict)
   deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
+  split_backward: float = 1.0
 
 
 def Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
@@ -114,11 +120,16 @@ def Predict(candidate: Candidate, step: program.Program,
 
 def Concurrency(measured: Measurements, candidate: Candidate) -> float:
   """The calibrated concurrency of `candidate`'s devices under its remat
-  policy; without one, the least recomputing policy's on as many devices,
-  else 1."""
+  policy (without one, the least recomputing policy's on as many devices,
+  else 1), times `split_backward` for a schedule in SPLIT_BACKWARD, within
+  [1, K]."""
   found = [measured.concurrency.get((candidate.num_devices, r))
            for r in [candidate.remat] + list(RematPolicy)]
-  return next((c for c in found if c is not None), 1.0)
+  concurrency = next((c for c in found if c is not None), 1.0)
+  if candidate.schedule_kind in SPLIT_BACKWARD:
+    concurrency = min(max(concurrency * measured.split_backward, 1.0),
+                      float(candidate.num_devices))
+  return concurrency
 
 
 def _Scaled(measured: Measurements, m: int) -> List[measured_costs.LayerCost]:

@@ -253,18 +253,42 @@ def test_steps_with_and_without_remat_get_their_own_concurrency():
       ran[-1], num_devices=2, remat=RematPolicy.PER_LAYER)) == 1.5
 
 
-def _Calibrated(pipeline, measured, budget, space, factors, single=2.0):
+def test_schedules_that_split_backwards_get_their_concurrency_from_one_probe():
+  """Zero-bubble steps at K > 1 run 1.6x their uncalibrated prediction
+  where the rest run 2x: one ZB-H1 step, on the devices and micro-batches
+  of the largest K's probe without remat, gives the factor (1.25) on
+  every concurrency of a schedule that splits its backwards."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2, 4), remats=[RematPolicy.NONE])
+  measured = candidates.Measurements(_Measured(pipeline, space).costs)
+  ran, calibrated, predicted = _Calibrated(pipeline, measured, 1 << 40, space,
+                                           {RematPolicy.NONE: 2.0}, split=1.6)
+  (zb,) = [c for c in ran if c.schedule_kind in candidates.SPLIT_BACKWARD]
+  assert (zb.schedule_kind, zb.num_devices, zb.num_micro_batches) == (ScheduleKind.ZB_H1, 4, 4)
+  assert calibrated.split_backward == pytest.approx(1.25)
+  for c in predicted:
+    if c.schedule_kind in candidates.SPLIT_BACKWARD and c.num_devices == 4:
+      again = candidates.Predict(c, candidates.Program(c, c.Apply(pipeline)), calibrated)
+      assert again.seconds == pytest.approx(max(1.6 * predicted[c], again.critical))
+  assert candidates.Concurrency(calibrated, dataclasses.replace(zb, num_devices=1)) == 1.0
+
+
+def _Calibrated(pipeline, measured, budget, space, factors, single=2.0, split=None):
   """calibration.Calibrate on trials that run factors[remat] x the
-  uncalibrated prediction on several devices (`single` x on one, but 2x
-  without remat): (candidates run, each once; the calibrated
-  measurements; the uncalibrated predictions)."""
+  uncalibrated prediction on several devices (`split` x for the
+  zero-bubble schedules, if given; `single` x on one, but 2x without
+  remat): (candidates run, each once; the calibrated measurements; the
+  uncalibrated predictions)."""
   rows = tuner.Search(pipeline, measured, budget, space)
   predicted = {r.candidate: r.predicted.seconds for r in rows}
   ran = []
 
   def Trial(candidate):
     ran.append(candidate)
-    if candidate.num_devices > 1:
+    if candidate.num_devices > 1 and split and candidate.schedule_kind in (
+        candidates.SPLIT_BACKWARD):
+      factor = split
+    elif candidate.num_devices > 1:
       factor = factors[candidate.remat]
     else:
       factor = 2.0 if candidate.remat == RematPolicy.NONE else single
