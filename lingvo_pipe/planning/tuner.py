@@ -21,7 +21,8 @@ from measured costs and confirmed by running it.
    that fits without remat, else with the least) and a
    step on each number of devices, without remat and with it (how much
    they gain by running at once: on logical CPU devices they share the
-   cores), 1F1B where it fits, else fill-drain; Search again.
+   cores), 1F1B where it fits, else fill-drain, and ZB-H1 beside the
+   largest (how much more for split backwards); Search again.
 4. Verify: the `verify` fastest fitting candidates run too; the pick is
    the fastest measured. Its override can be pasted back as is.
 A candidate on one device whose measured peak exceeds the budget does
