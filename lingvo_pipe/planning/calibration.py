@@ -24,15 +24,16 @@ _PROBE_SCHEDULES = (candidates.Kind.ONE_F_ONE_B, candidates.Kind.GPIPE)
 
 
 def _Probe(rows: Sequence[candidates.Row], devices: int, micro: int,
-           remat: Optional[RematPolicy] = None) -> Optional[candidates.Row]:
+           remat: Optional[RematPolicy] = None,
+           schedules: Sequence[candidates.Kind] = _PROBE_SCHEDULES) -> Optional[candidates.Row]:
   """The fitting row of `devices` x1 cells at M=`micro` (under `remat`,
-  if given) to calibrate on: 1F1B if one fits, else fill-drain; the least
-  recomputing one."""
-  found = [r for r in rows if r.fits and r.candidate.schedule_kind in _PROBE_SCHEDULES and
+  if given) to calibrate on: of `schedules` the first that fits (1F1B,
+  else fill-drain); the least recomputing one."""
+  found = [r for r in rows if r.fits and r.candidate.schedule_kind in schedules and
            r.candidate.num_devices == devices and r.candidate.cells_per_device == 1 and
            r.candidate.num_micro_batches == micro and remat in (None, r.candidate.remat)]
   order = list(RematPolicy)
-  return min(found, key=lambda r: (_PROBE_SCHEDULES.index(r.candidate.schedule_kind),
+  return min(found, key=lambda r: (list(schedules).index(r.candidate.schedule_kind),
                                    order.index(r.candidate.remat)), default=None)
 
 
@@ -104,8 +105,11 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     Run(probe, trial)
     probes[d, remat] = probe
     concurrency[d, remat] = _FittedConcurrency(pipeline, scaled, probe)
-  whole = [probes[d, r] for d, r in sorted(probes, key=lambda k: k[0]) if r == RematPolicy.NONE]
-  split = _SplitProbe(rows, whole[-1]) if whole else None
+  whole = max((p for (_, r), p in probes.items() if r == RematPolicy.NONE),
+              key=lambda p: p.candidate.num_devices, default=None)
+  split = None if whole is None else _Probe(
+      rows, whole.candidate.num_devices, whole.candidate.num_micro_batches, RematPolicy.NONE,
+      (candidates.Kind.ZB_H1,))
   if split is None:
     return dataclasses.replace(scaled, concurrency=concurrency)
   Run(split, trial)
@@ -126,17 +130,6 @@ def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurem
   spent = (probe.measured_s or 0.0) - scaled.overheads.step_s
   d = probe.candidate.num_devices
   return min(max(work / spent if spent > 0 else d, 1.0), float(d))
-
-
-def _SplitProbe(rows: Sequence[candidates.Row],
-                whole: candidates.Row) -> Optional[candidates.Row]:
-  """ZB-H1 on the devices and micro-batches of `whole` (a concurrency
-  probe without remat), if it fits."""
-  c = whole.candidate
-  return next((r for r in rows if r.fits and r.candidate.schedule_kind == candidates.Kind.ZB_H1
-               and r.candidate.num_devices == c.num_devices and r.candidate.cells_per_device == 1
-               and r.candidate.num_micro_batches == c.num_micro_batches
-               and r.candidate.remat == c.remat), None)
 
 
 def Run(row: candidates.Row, trial: Trial) -> None:
