@@ -21,6 +21,9 @@ Trial = Callable[[candidates.Candidate], Tuple[float, Optional[int]]]
 # workload at M=4 an unpipelined fill-drain step took 0.78 s, most other M=4
 # steps 0.53 to 0.76 s: calibrated on it, M=4 predictions were 30-47% high).
 _PROBE_SCHEDULES = (candidates.Kind.ONE_F_ONE_B, candidates.Kind.GPIPE)
+# Halvings of [1, K] that fit a concurrency: 4 / 2**30, far below the
+# noise of a measured step.
+_BISECTIONS = 30
 
 
 def _Probe(rows: Sequence[candidates.Row], devices: int, micro: int,
@@ -55,17 +58,20 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     that M's steps without remat 1.40 where 1.07 was measured (a pick
     1.26x the best). An M without a fitting step takes the nearest M's.
   - per device count K > 1, without remat and with it, _Probe's step at
-    the largest M: the concurrency that makes the prediction's shared
-    bound its measured seconds, within [1, K] (K where the simulated step
-    alone explains them); the least recomputing remat policy that fits
-    measures it for all. Remat runs the micro-batches it does not keep as
+    the largest M: the concurrency that makes its prediction (the step
+    simulated on devices sharing cores, step_prediction) its measured
+    seconds, within [1, K] (K where the step simulated on separate
+    machines alone explains them); the least recomputing remat policy
+    that fits measures it for all. Remat runs the micro-batches it does not keep as
     calls of the cell's traced functions, where a kept one's ops are
     inlined into the step, and two devices' calls overlap more than their
     inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
     the concurrency measured without remat).
   - ZB-H1 on the devices and M of the largest K's probe without remat:
     its concurrency over that probe's is `split_backward`, the factor on
-    every concurrency of a schedule that splits its backwards. The
+    the concurrency of every step without remat of a schedule that splits
+    its backwards (with per-cell remat such steps ran no faster than
+    1F1B's concurrency predicts, docs/benchmarks/tuning.md). The
     devices overlap separate I and W actions better than whole backwards
     (ffn's K=4 M=8 ZB-H2 ran 0.74-0.84 of a prediction with 1F1B's
     concurrency in three runs); replayed on those runs' grids, picks
@@ -121,15 +127,25 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
 
 def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurements,
                        probe: candidates.Row) -> float:
-  """The concurrency that makes `probe`'s shared bound (predicted from
-  `scaled`, uncalibrated for concurrency) its measured seconds, within
-  [1, K]."""
+  """The concurrency within [1, K] at which `probe`'s prediction (from
+  `scaled`, uncalibrated for concurrency) is its measured seconds; 1 if
+  it ran slower than on one core's worth, K if no slower than on separate
+  machines. Found by bisection: the prediction falls as it grows."""
   step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
-  unit = candidates.Predict(probe.candidate, step, scaled)
-  work = unit.shared - scaled.overheads.step_s  # all actions at concurrency 1
-  spent = (probe.measured_s or 0.0) - scaled.overheads.step_s
-  d = probe.candidate.num_devices
-  return min(max(work / spent if spent > 0 else d, 1.0), float(d))
+  d, spent = probe.candidate.num_devices, probe.measured_s or 0.0
+
+  def Seconds(concurrency: float) -> float:
+    at = dataclasses.replace(scaled, concurrency={(d, probe.candidate.remat): concurrency},
+                             split_backward=1.0)
+    return candidates.Predict(probe.candidate, step, at).seconds
+
+  low, high = 1.0, float(d)
+  if Seconds(low) <= spent or Seconds(high) >= spent:
+    return low if Seconds(low) <= spent else high
+  for _ in range(_BISECTIONS):
+    middle = (low + high) / 2
+    low, high = (middle, high) if Seconds(middle) > spent else (low, middle)
+  return (low + high) / 2
 
 
 def Run(row: candidates.Row, trial: Trial) -> None:

@@ -86,7 +86,8 @@ class Measurements:
   calibration by whole steps (calibration.Calibrate): per M the factor from the
   layers' seconds alone to the unpipelined step's (`scale`), per device
   count and remat policy the devices' concurrency, and the factor on it
-  of the schedules that split their backwards (`split_backward`)."""
+  of the schedules that split their backwards, without remat
+  (`split_backward`)."""
   costs: Dict[int, List[measured_costs.LayerCost]]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
@@ -121,12 +122,12 @@ def Predict(candidate: Candidate, step: program.Program,
 def Concurrency(measured: Measurements, candidate: Candidate) -> float:
   """The calibrated concurrency of `candidate`'s devices under its remat
   policy (without one, the least recomputing policy's on as many devices,
-  else 1), times `split_backward` for a schedule in SPLIT_BACKWARD, within
-  [1, K]."""
+  else 1), times `split_backward` for a schedule in SPLIT_BACKWARD
+  without remat (the policy it is measured under), within [1, K]."""
   found = [measured.concurrency.get((candidate.num_devices, r))
            for r in [candidate.remat] + list(RematPolicy)]
   concurrency = next((c for c in found if c is not None), 1.0)
-  if candidate.schedule_kind in SPLIT_BACKWARD:
+  if candidate.schedule_kind in SPLIT_BACKWARD and candidate.remat == RematPolicy.NONE:
     concurrency = min(max(concurrency * measured.split_backward, 1.0),
                       float(candidate.num_devices))
   return concurrency

@@ -14,11 +14,15 @@ batch (measured on ffn, 64 rows, the whole batch's took 0.6 of 8
 micro-batches' of 8 rows each), and the rest per micro-batch
 (DeferringCosts). Every backward that makes weight gradients but a
 cell's first adds them into its accumulators (LayerCost.accumulate_s).
-That is the step if the devices were separate machines. On one machine
-they share its cores, so the step also takes at least the sum of all
-actions over the devices' concurrency (1 where each op already fills the
+That is the step if the devices were separate machines (`critical`). On
+one machine they share its cores: the simulator runs the same actions
+with the devices' concurrency c (1 where each op already fills the
 cores, K for separate machines; calibration.Calibrate measures it from
-whole steps): the prediction is the larger of the two.
+whole steps), each of n busy devices at min(1, c / n) (`shared`, the
+prediction). Only what the schedule lets run at once overlaps, so a
+step of few micro-batches gains less from c than one of many, as
+measured (docs/benchmarks/tuning.md), where a bound of all actions
+over c has them gain alike.
 """
 
 import dataclasses
@@ -34,9 +38,9 @@ from lingvo_pipe.planning import overheads as overheads_lib
 
 @dataclasses.dataclass(frozen=True)
 class StepSeconds:
-  """The prediction and its two bounds: `critical` the simulated step
-  (devices as separate machines), `shared` all actions' seconds over the
-  concurrency (one machine's cores)."""
+  """`critical` the simulated step with the devices as separate machines,
+  `shared` with them sharing one machine's cores at their concurrency
+  (never less than `critical`): the prediction."""
   critical: float
   shared: float
 
@@ -102,9 +106,10 @@ def Predict(step: program.Program, cells: Sequence[measured_costs.LayerCost],
     per_action[last] += deferred[c].weight_grad_s
   for a in _Accumulations(step):
     per_action[a] += costs[a.cell].accumulate_s
-  critical = simulate.Simulate(step.schedule, simulate.Costs(per_action=per_action)).step_time
-  return StepSeconds(critical + overheads.step_s,
-                     sum(per_action.values()) / concurrency + overheads.step_s)
+  timed = simulate.Costs(per_action=per_action)
+  critical = simulate.Simulate(step.schedule, timed).step_time
+  shared = simulate.Simulate(step.schedule, timed, concurrency=concurrency).step_time
+  return StepSeconds(critical + overheads.step_s, shared + overheads.step_s)
 
 
 def _LastBackwards(step: program.Program) -> Dict[int, Any]:

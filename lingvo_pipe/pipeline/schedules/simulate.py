@@ -1,11 +1,14 @@
 """One simulator for a schedule as data: when each action runs, the bubble, and what each device holds.
 
-`Simulate(schedule, costs, transfer_latency)` validates the schedule (so a
-deadlock raises validate's ValueError naming the stuck action), then runs
-each device's actions in order, each starting when its device is free and
-its inputs (`Schedule.Inputs`) have ended, plus `transfer_latency` for an
-input from another device. Costs are per action kind, uniform or per
-cell, estimated (FLOPs) or measured (a timeline), or per action.
+`Simulate(schedule, costs, transfer_latency, concurrency)` validates the
+schedule (so a deadlock raises validate's ValueError naming the stuck
+action), then runs each device's actions in order, each starting when its
+device is free and its inputs (`Schedule.Inputs`) have ended, plus
+`transfer_latency` for an input from another device. Costs are per action
+kind, uniform or per cell, estimated (FLOPs) or measured (a timeline), or
+per action. By default the devices are separate machines; with a
+`concurrency` c they share one machine's cores, c devices' worth: while n
+are busy each runs at min(1, c / n) (logical devices on a CPU).
 
 From the start and end of every action it gives:
 - the step time (all devices start at 0; the step ends with the last
@@ -25,7 +28,7 @@ B = I + W, ZB-H1 idles (K-1)(F+I-W), a third of 1F1B's (K-1)(F+I+W)
 """
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import validate
@@ -155,27 +158,46 @@ class Simulation:
                 peak_held=list(self.peak_held))
 
 
-def _Times(schedule: actions.Schedule, costs: Costs,
-           transfer_latency: float) -> Dict[actions.Action, Timed]:
-  """Start and end of every action of a valid schedule."""
+def _Times(schedule: actions.Schedule, costs: Costs, transfer_latency: float,
+           concurrency: Optional[float]) -> Dict[actions.Action, Timed]:
+  """Start and end of every action of a valid schedule, event by event:
+  each device starts its next action when it is free and the action's
+  inputs have arrived; while n devices are busy each runs at
+  min(1, concurrency / n) (always 1 if `concurrency` is None). An action
+  that never ran slowed ends at exactly its start plus its cost."""
   timed: Dict[actions.Action, Timed] = {}
   heads = [0] * schedule.num_devices
-  free = [0.0] * schedule.num_devices
-  remaining = sum(len(row) for row in schedule.devices)
+  running: Dict[int, List[Any]] = {}  # device -> [action, start, cost, work left, slowed]
+  now, remaining = 0.0, sum(len(row) for row in schedule.devices)
   while remaining:
+    arrivals = []
     for d, row in enumerate(schedule.devices):
-      while heads[d] < len(row):
-        a = row[heads[d]]
-        inputs = schedule.Inputs(a)
-        if any(x not in timed for x in inputs):
-          break
-        start = max([free[d]] + [
-            timed[x].end + (transfer_latency if timed[x].device != d else 0.0)
-            for x in inputs])
-        timed[a] = Timed(d, a, start, start + costs.Of(a))
-        free[d] = timed[a].end
+      if d in running or heads[d] == len(row):
+        continue
+      a = row[heads[d]]
+      inputs = schedule.Inputs(a)
+      if any(x not in timed for x in inputs):
+        continue
+      ready = max([timed[x].end + (transfer_latency if timed[x].device != d else 0.0)
+                   for x in inputs], default=0.0)
+      if ready <= now:
+        running[d] = [a, now, costs.Of(a), costs.Of(a), False]
+      else:
+        arrivals.append(ready)
+    rate = min(1.0, concurrency / len(running)) if concurrency and running else 1.0
+    ends = {d: (start + cost if not slowed and rate == 1.0 else now + left / rate)
+            for d, (_, start, cost, left, slowed) in running.items()}
+    then = min(list(ends.values()) + arrivals)
+    for d in list(running):
+      a, start, cost, left, slowed = running[d]
+      if ends[d] == then:
+        timed[a] = Timed(d, a, start, then)
         heads[d] += 1
         remaining -= 1
+        del running[d]
+      else:
+        running[d] = [a, start, cost, left - (then - now) * rate, slowed or rate < 1.0]
+    now = then
   return timed
 
 
@@ -202,22 +224,30 @@ def _Live(row: Sequence[Timed]) -> Tuple[Tuple[float, int, int], ...]:
 
 
 def Simulate(schedule: actions.Schedule, costs: Costs = Costs(),
-             transfer_latency: float = 0.0) -> Simulation:
+             transfer_latency: float = 0.0,
+             concurrency: Optional[float] = None) -> Simulation:
   """Predicts when each action of `schedule` runs and what each device holds.
 
   Args:
     schedule: the actions per device.
     costs: time of each action kind (uniform or per cell).
     transfer_latency: added to an input that comes from another device.
+    concurrency: None for devices that are separate machines; else the
+      devices share that many devices' worth of compute (the cores of
+      one machine): while n are busy, each runs at min(1, concurrency / n).
 
   Raises:
     ValueError: if the schedule cannot run (validate.Validate's message,
-      naming the first broken action; deadlocks included), or if a
-      per-cell cost list does not have one entry per cell.
+      naming the first broken action; deadlocks included), if a per-cell
+      cost list does not have one entry per cell, or if `concurrency` is
+      not > 0.
   """
   validate.Validate(schedule)
   costs.Check(schedule.num_cells)
-  timed = _Times(schedule, costs, transfer_latency)
+  if concurrency is not None and not concurrency > 0:
+    raise ValueError(f'concurrency must be > 0 (or None for separate machines), got '
+                     f'{concurrency}.')
+  timed = _Times(schedule, costs, transfer_latency, concurrency)
   timeline = tuple(tuple(timed[a] for a in row) for row in schedule.devices)
   step = max((t.end for row in timeline for t in row), default=0.0)
   busy = tuple(sum(t.end - t.start for t in row) for row in timeline)

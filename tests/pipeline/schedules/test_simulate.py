@@ -115,6 +115,26 @@ def test_transfer_latency_and_per_cell_costs():
   assert sim.busy == (4.0, 8.0)
 
 
+def test_devices_that_share_cores_slow_each_other_while_both_are_busy():
+  """K=2, M=2 fill-drain, F = B = 1 (8 of work): on separate machines
+  (M + K - 1) * (F + B) = 6; on one core's worth of compute all 8; on
+  1.5 the two devices run at 0.75 each while both are busy (0F1 with 1F0,
+  0B1 with 1B0), so each such pair takes 2 / 1.5 where it took 1."""
+  fill_drain = built_in.Build(ScheduleKind.FILL_DRAIN, 2, 2)
+  assert simulate.Simulate(fill_drain, EQUAL_F_B).step_time == 6.0
+  assert simulate.Simulate(fill_drain, EQUAL_F_B, concurrency=2.0).step_time == 6.0
+  assert simulate.Simulate(fill_drain, EQUAL_F_B, concurrency=1.0).step_time == 8.0
+  shared = simulate.Simulate(fill_drain, EQUAL_F_B, concurrency=1.5)
+  ends = [[(str(t.action), t.end) for t in row] for row in shared.timeline]
+  assert ends == [[('0F0', 1.0), ('0F1', pytest.approx(7 / 3)), ('0B1', pytest.approx(17 / 3)),
+                   ('0B0', pytest.approx(20 / 3))],
+                  [('1F0', pytest.approx(7 / 3)), ('1F1', pytest.approx(10 / 3)),
+                   ('1B1', pytest.approx(13 / 3)), ('1B0', pytest.approx(17 / 3))]]
+  assert shared.step_time == pytest.approx(20 / 3)
+  with pytest.raises(ValueError, match=r'concurrency must be > 0 .* got 0'):
+    simulate.Simulate(fill_drain, EQUAL_F_B, concurrency=0)
+
+
 def test_reduce_actions_take_their_time_on_their_device():
   s = actions.WithReduce(built_in.Build(ScheduleKind.ONE_F_ONE_B, 2, 2))
   assert schedule_text.Format(s) == (
