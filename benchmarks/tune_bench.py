@@ -5,9 +5,15 @@ docs/workloads.md's ffn and transformer), in one process on --devices
 logical devices:
 1. tuner.Measure (timed: what tuning costs beyond its verification).
 2. tuner.Search without a budget: every candidate of the space predicted.
-3. Every candidate trains (planning/trial.py): its measured step and the
-   allocator's peak over the timed steps (all devices: on CPU they share
-   one allocator).
+3. Every candidate trains (planning/trial.py), --passes times: the grid
+   in the search's order, then reversed, and so on, so that a candidate's
+   runs fall at different moments of the run; its measured step is the
+   fastest of its passes (a shared machine's noise only adds time), its
+   peak the allocator's largest over the timed steps (all devices: on CPU
+   they share one allocator). `pass_spread`: per candidate its slowest
+   pass over its fastest, less 1 (median and worst): how far one
+   measurement of a step is from another in this run, the floor under
+   any prediction's error.
 4. Three budgets per device: the unpipelined step's (K=1, M=1, no remat;
    else the space's smallest M and least remat) predicted peak, half and a
    quarter of it. Under each, the candidates
@@ -18,6 +24,11 @@ logical devices:
    trials looked up in the grid's runs; the grid's best is the fastest
    measured of all that fit; the JSON gives both, pick over best, and the
    pick's layout (device_peaks_bench runs it with a process per device).
+   The grid's best is the fastest of some 90 noisy figures, and so the
+   luckiest more often than the truly fastest: where the pick is another
+   candidate, the two are also built together and timed alternately
+   (--side_by_side_rounds, pick then best; each the fastest of 3 rounds),
+   and `pick_over_best_side_by_side` is the median of the rounds' ratios.
 
 Also per workload: Measure's layer costs per M (a replay of the tuner
 on the grid's figures needs them), the calibrated prediction (no
@@ -32,7 +43,8 @@ devices' activation peaks at once, to total_peak_bytes, all at once).
 and replays the tuner on its recorded layer costs, overheads and grid
 (each trial looked up there), printing the same JSON: a change to the
 prediction or calibration judged on a recorded grid in about a minute
-per workload, where a run takes half an hour.
+per workload, where a run takes an hour. A side-by-side ratio is the
+recorded one where the replay picks the same pick and best, else None.
 """
 
 import dataclasses
@@ -40,7 +52,7 @@ import json
 import os
 import statistics
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')  # the allocator's peaks
 
@@ -64,6 +76,9 @@ def _DefineFlags() -> None:
   flags.DEFINE_integer('verify', 3, 'Candidates the tuner verifies by running them.')
   flags.DEFINE_integer('repeats', 3, "Measure's timed runs per layer and function.")
   flags.DEFINE_string('replay', None, "A tune_bench JSON to replay the tuner on (no trials).")
+  flags.DEFINE_integer('passes', 2, 'Times every candidate of the grid trains.')
+  flags.DEFINE_integer('side_by_side_rounds', 5,
+                       'Alternate timings of a pick and the best it is compared with.')
 
 
 def _Space():
@@ -80,6 +95,15 @@ def _Errors(pairs: List[tuple]) -> Dict[str, Any]:
   if not errors:
     return dict(median=None, worst=None)
   return dict(median=statistics.median(errors), worst=max(errors))
+
+
+def _Spread(passes: List[List[float]]) -> Dict[str, Any]:
+  """Median and worst of each candidate's slowest pass over its fastest,
+  less 1 (None: no candidate ran twice)."""
+  spreads = [max(p) / min(p) - 1 for p in passes if len(p) > 1]
+  if not spreads:
+    return dict(median=None, worst=None)
+  return dict(median=statistics.median(spreads), worst=max(spreads))
 
 
 def _Search(pipeline, measured, budget: int, space) -> List[Any]:
@@ -117,8 +141,10 @@ def _Layout(candidate) -> Dict[str, Any]:
               remat=candidate.remat.name, splits=list(candidate.splits))
 
 
-def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
-  """The tuner's pick against the grid's best under three budgets."""
+def _Budgets(pipeline, measured, space, rows, runs,
+             side_by_side: Callable[[Any, Any], Optional[float]]) -> List[Dict[str, Any]]:
+  """The tuner's pick against the grid's best under three budgets;
+  `side_by_side(pick, best)` their steps' ratio timed alternately."""
   from lingvo_pipe.pipeline.lowering.remat import RematPolicy  # pylint: disable=g-import-not-at-top
   order = list(RematPolicy)
   single = min((r for r in rows if r.candidate.num_devices == 1),
@@ -137,6 +163,8 @@ def _Budgets(pipeline, measured, space, rows, runs) -> List[Dict[str, Any]]:
         budget_mb=budget / _MIB, share=share, fits=len(fitting), pick=str(pick.candidate),
         pick_step_s=step, best=str(best.candidate), best_step_s=runs[best.candidate]['step_s'],
         pick_over_best=step / runs[best.candidate]['step_s'],
+        pick_over_best_side_by_side=(1.0 if pick.candidate == best.candidate else
+                                     side_by_side(pick.candidate, best.candidate)),
         pick_layout=_Layout(pick.candidate), pick_predicted_peak_mb=pick.peak_bytes / _MIB,
         pick_measured_peak_mb=(runs[pick.candidate]['peak_bytes'] or 0) / _MIB))
   return out
@@ -161,11 +189,32 @@ def Run(name: str) -> Dict[str, Any]:
   start = time.perf_counter()
   measured = tuner.Measure(pipeline, x, space, devices, FLAGS.repeats)
   measure_s = time.perf_counter() - start
-  runs = {}
-  for r in _Search(pipeline, measured, _UNBOUNDED, space):
-    step_s, peak = trial.Run(r.candidate.Apply(pipeline), x)
-    runs[r.candidate] = dict(step_s=step_s, peak_bytes=peak)
-  return _Report(name, pipeline, measured, measure_s, runs)
+  grid = [r.candidate for r in _Search(pipeline, measured, _UNBOUNDED, space)]
+  passes: Dict[Any, List[tuple]] = {c: [] for c in grid}
+  for n in range(max(FLAGS.passes, 1)):
+    for c in (grid if n % 2 == 0 else grid[::-1]):
+      passes[c].append(trial.Run(c.Apply(pipeline), x))
+  runs = {c: dict(step_s=min(s for s, _ in ran), passes_s=[s for s, _ in ran],
+                  peak_bytes=None if None in [b for _, b in ran] else max(b for _, b in ran))
+          for c, ran in passes.items()}
+  return _Report(name, pipeline, measured, measure_s, runs,
+                 lambda pick, best: SideBySide(pipeline, x, pick, best,
+                                               FLAGS.side_by_side_rounds))
+
+
+def SideBySide(pipeline, x, pick, best, rounds: int) -> float:
+  """The median over `rounds` of `pick`'s step over `best`'s (candidates
+  of the PipeliningLayer params `pipeline`, on inputs `x`), both built at
+  once and timed alternately, each the fastest of 3 rounds."""
+  from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
+  steps = [trial.TrainingSteps(c.Apply(pipeline), x) for c in (pick, best)]
+  for run in steps:
+    run(1)  # traces
+  ratios = []
+  for _ in range(max(rounds, 1)):
+    first, second = (trial.StepSeconds(run, rounds=3) for run in steps)
+    ratios.append(first / second)
+  return statistics.median(ratios)
 
 
 def Replay(recorded: Dict[str, Any]) -> Dict[str, Any]:
@@ -188,12 +237,16 @@ def Replay(recorded: Dict[str, Any]) -> Dict[str, Any]:
       raise ValueError(f'{r.candidate} is not in the grid of {FLAGS.replay}: replay with '
                        'the flags (workload, space) of the run that wrote it.')
     g = grid[str(r.candidate)]
-    runs[r.candidate] = dict(step_s=g['measured_s'],
+    runs[r.candidate] = dict(step_s=g['measured_s'], passes_s=g.get('passes_s'),
                              peak_bytes=round(g['measured_peak_mb'] * _MIB) or None)
-  return _Report(name, pipeline, measured, recorded['measure_s'], runs)
+  timed = {(b['pick'], b['best']): b.get('pick_over_best_side_by_side')
+           for b in recorded['budgets'] if b['fits']}
+  return _Report(name, pipeline, measured, recorded['measure_s'], runs,
+                 lambda pick, best: timed.get((str(pick), str(best))))
 
 
-def _Report(name: str, pipeline, measured, measure_s: float, runs) -> Dict[str, Any]:
+def _Report(name: str, pipeline, measured, measure_s: float, runs,
+            side_by_side: Callable[[Any, Any], Optional[float]]) -> Dict[str, Any]:
   """Run's JSON row: the tuner (with `runs` as its trials) against the grid."""
   space = _Space()
   tuned = _Tuned(pipeline, measured, space, _UNBOUNDED, runs)
@@ -206,6 +259,7 @@ def _Report(name: str, pipeline, measured, measure_s: float, runs) -> Dict[str, 
                      calibration=r.candidate in probes,
                      predicted_s=r.predicted.seconds, critical_s=r.predicted.critical,
                      shared_s=r.predicted.shared, measured_s=run['step_s'],
+                     passes_s=run['passes_s'],
                      predicted_peak_mb=r.peak_bytes / _MIB,
                      predicted_range_mb=[r.shared_peak_bytes / _MIB, r.total_peak_bytes / _MIB],
                      measured_peak_mb=(run['peak_bytes'] or 0) / _MIB))
@@ -221,8 +275,9 @@ def _Report(name: str, pipeline, measured, measure_s: float, runs) -> Dict[str, 
       step_error=_Errors([(g['predicted_s'], g['measured_s']) for g in grid
                           if not g['calibration']]),
       peak_in_predicted_range=sum(lo * 0.85 <= m <= hi * 1.15 for m, (lo, hi) in peaks),
-      peaks_measured=len(peaks), budgets=_Budgets(pipeline, measured, space, rows, runs),
-      grid=grid)
+      pass_spread=_Spread([g['passes_s'] for g in grid if g['passes_s']]),
+      peaks_measured=len(peaks),
+      budgets=_Budgets(pipeline, measured, space, rows, runs, side_by_side), grid=grid)
 
 
 def main(argv):
