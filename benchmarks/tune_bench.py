@@ -237,6 +237,10 @@ def Replay(recorded: Dict[str, Any]) -> Dict[str, Any]:
       raise ValueError(f'{r.candidate} is not in the grid of {FLAGS.replay}: replay with '
                        'the flags (workload, space) of the run that wrote it.')
     g = grid[str(r.candidate)]
+    if g['splits'] != list(r.candidate.splits):
+      raise ValueError(f'{r.candidate} splits at {list(r.candidate.splits)} where the grid '
+                       f"of {FLAGS.replay} ran {g['splits']}: the tuner's partition changed "
+                       'since; run the grid again.')
     runs[r.candidate] = dict(step_s=g['measured_s'], passes_s=g.get('passes_s'),
                              peak_bytes=round(g['measured_peak_mb'] * _MIB) or None)
   timed = {(b['pick'], b['best']): b.get('pick_over_best_side_by_side')

@@ -5,7 +5,8 @@ bound, small or badly shaped products), so the partition can balance
 measured seconds instead: `Measure` times every layer of a
 PipeliningLayer's `layers` alone, on one device, at the micro-batch size,
 feeding each the previous one's real outputs; `Balanced` gives the params
-that balance them (cost=CostKind.GIVEN, layer_costs).
+that balance them in the pipeline's own step (cost=CostKind.GIVEN,
+layer_costs: StepShares, where the forwards that remat runs again count).
 
 Per layer four traced functions run after a warm-up: its forward (F),
 the forward and the gradient of its floating inputs (F + I), the forward
@@ -37,11 +38,14 @@ import tensorflow as tf
 
 from lingvo_pipe.core import base_params
 from lingvo_pipe.core import hyperparams
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core import step_seeds
 from lingvo_pipe.core.layers import containers
 from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import micro_batch_count
 from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.pipeline.layout import plan as plan_lib
+from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.planning import kept_bytes
 
 
@@ -117,11 +121,28 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   return costs
 
 
+def StepShares(costs: Sequence[LayerCost], step: program.Program) -> List[float]:
+  """Per layer, its seconds in one training step of the program `step`,
+  wherever it sits: its forward, input and weight gradients per
+  micro-batch, and its forward again as often as the program recomputes
+  a cell's micro-batches (Program.RecomputeUnits), on average over the
+  cells (the split is chosen before a layer's cell is). Under per-cell
+  remat a layer whose forward is most of its cost weighs more than its
+  step_s says: fill-drain at M=4 runs 3 of 4 forwards twice."""
+  cells, micro = step.schedule.num_cells, step.schedule.num_micro_batches
+  again = sum(step.RecomputeUnits(c, m) for c in range(cells) for m in range(micro)) / cells
+  return [micro * c.step_s + again * c.forward_s for c in costs]
+
+
 def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperparams.Params:
-  """A copy of `pipeline` whose automatic partition balances the measured
-  step seconds of its layers."""
+  """A copy of `pipeline` whose automatic partition balances its layers'
+  measured seconds in its own training step (StepShares of its program)."""
+  contract = micro_batch.Contract.FromParams(pipeline)
+  batch = contract.InputLayout(layer_meta.Shapes(*pipeline.input_shapes)).batch_size
+  step = plan_lib.FromParams(pipeline, pipeline.num_partitions, check_devices=False).Program(
+      micro_batch_count.NumMicroBatches(pipeline, batch), program.Step.LOSS_INSIDE)
   return pipeline.Copy().Set(cost=partition.CostKind.GIVEN,
-                             layer_costs=[c.step_s for c in costs])
+                             layer_costs=StepShares(costs, step))
 
 
 def _TracedFunctions(layer: Any, x: tuple, seeds: step_seeds.Counter

@@ -6,7 +6,8 @@ from measured costs and confirmed by running it.
    a pipelined step costs beyond its layers.
 2. Search: every schedule x devices K x micro-batches M x remat (x the
    schedule's v cells per device), split where the measured seconds
-   balance (partition.BalancedSplits), predicted: the step's seconds by
+   balance in that step (measured_costs.StepShares: with the forwards it
+   recomputes; partition.BalancedSplits), predicted: the step's seconds by
    step_prediction from those costs, each device's peak by the planner's
    memory model of the same program, with the activations each layer's
    traced gradient keeps (measured_costs' kept_bytes). A candidate fits
@@ -127,11 +128,12 @@ def Search(pipeline: hyperparams.Params, measured: candidates.Measurements,
       space.remats):
     if d * v > num_layers or (v > 1 and d == 1) or m not in measured.costs:
       continue
-    costs = [c.step_s for c in measured.costs[m]]
-    candidate = candidates.Candidate(kind, d, v, m, remat,
-                                     tuple(partition.BalancedSplits(costs, d * v)))
+    unsplit = candidates.Candidate(kind, d, v, m, remat, ())
+    step = candidates.Program(unsplit, unsplit.Apply(pipeline))  # the splits change no action
+    costs = measured_costs.StepShares(measured.costs[m], step)
+    candidate = dataclasses.replace(unsplit,
+                                    splits=tuple(partition.BalancedSplits(costs, d * v)))
     p = candidate.Apply(pipeline)
-    step = candidates.Program(candidate, p)
     same = (candidate.splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
     if same in seen:  # e.g. every schedule on one device: the same step as GPIPE's
       continue

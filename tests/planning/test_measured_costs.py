@@ -8,6 +8,10 @@ import tensorflow as tf
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.layout import partition
+from lingvo_pipe.pipeline.lowering import program
+from lingvo_pipe.pipeline.lowering.remat import RematPolicy
+from lingvo_pipe.pipeline.schedules import schedule
+from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.planning import measured_costs
 
 from tests.pipeline import pipeline_models as models
@@ -29,9 +33,31 @@ def test_every_layer_measured_on_a_micro_batch_and_balanced():
              c.accumulate_s > 0 for c in costs)
   balanced = measured_costs.Balanced(p, costs)
   assert balanced.cost == partition.CostKind.GIVEN and p.cost == partition.CostKind.FLOPS
+  # Its own step, fill-drain at M=2 under per-cell remat, runs each cell's
+  # first micro-batch's forward again.
+  assert balanced.layer_costs == [2 * c.step_s + c.forward_s for c in costs]
   pipe = balanced.Instantiate()
-  splits = partition.BalancedSplits([c.step_s for c in costs], 2)
+  splits = partition.BalancedSplits(balanced.layer_costs, 2)
   assert pipe.CellLayerIndices() == [list(range(splits[0])), list(range(splits[0], 4))]
+
+
+def test_step_shares_count_the_forwards_that_remat_runs_again():
+  """A forward-only layer and one of F = I = W: alike by step_s; at K=2
+  M=4 fill-drain with per-cell remat each cell runs 3 of its 4 forwards
+  again, 1F1B on one device none, and without remat nothing is run again."""
+  costs = [measured_costs.LayerCost(3.0, 0.0, 0.0), measured_costs.LayerCost(1.0, 1.0, 1.0)]
+  assert costs[0].step_s == costs[1].step_s
+
+  def Step(kind, k, remat):
+    return program.Lower(schedule.Actions(kind, k, 4), remat, False, 1,
+                         program.Step.LOSS_INSIDE, program.Emission.UNROLLED)
+
+  fill_drain = Step(ScheduleKind.GPIPE, 2, RematPolicy.PER_CELL)
+  assert measured_costs.StepShares(costs, fill_drain) == [4 * 3 + 3 * 3, 4 * 3 + 3 * 1]
+  assert measured_costs.StepShares(costs, Step(ScheduleKind.ONE_F_ONE_B, 1,
+                                               RematPolicy.PER_CELL)) == [12, 12]
+  assert measured_costs.StepShares(costs, Step(ScheduleKind.GPIPE, 2,
+                                               RematPolicy.NONE)) == [12, 12]
 
 
 def test_a_layer_of_many_more_flops_measures_more():
