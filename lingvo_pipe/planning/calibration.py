@@ -62,11 +62,11 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     simulated on devices sharing cores, step_prediction) its measured
     seconds, within [1, K] (K where the step simulated on separate
     machines alone explains them); the least recomputing remat policy
-    that fits measures it for all. Remat runs the micro-batches it does not keep as
-    calls of the cell's traced functions, where a kept one's ops are
-    inlined into the step, and two devices' calls overlap more than their
-    inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a prediction with
-    the concurrency measured without remat).
+    that fits measures it for all. Remat runs the micro-batches it does
+    not keep as calls of the cell's traced functions, where a kept one's
+    ops are inlined into the step, and two devices' calls overlap more
+    than their inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a
+    prediction with the concurrency measured without remat).
   - ZB-H1 on the devices and M of the largest K's probe without remat:
     its concurrency over that probe's is `split_backward`, the factor on
     the concurrency of every step without remat of a schedule that splits
@@ -140,8 +140,10 @@ def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurem
     return candidates.Predict(probe.candidate, step, at).seconds
 
   low, high = 1.0, float(d)
-  if Seconds(low) <= spent or Seconds(high) >= spent:
-    return low if Seconds(low) <= spent else high
+  if Seconds(low) <= spent:
+    return low
+  if Seconds(high) >= spent:
+    return high
   for _ in range(_BISECTIONS):
     middle = (low + high) / 2
     low, high = (middle, high) if Seconds(middle) > spent else (low, middle)

@@ -28,7 +28,7 @@ B = I + W, ZB-H1 idles (K-1)(F+I-W), a third of 1F1B's (K-1)(F+I+W)
 """
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import validate
@@ -158,16 +158,31 @@ class Simulation:
                 peak_held=list(self.peak_held))
 
 
+@dataclasses.dataclass
+class _Running:
+  """An action under way since `start`, `left` of its `cost` to do;
+  `slowed` once it ran below full speed."""
+  action: actions.Action
+  start: float
+  cost: float
+  left: float
+  slowed: bool = False
+
+  def End(self, now: float, rate: float) -> float:
+    """When it ends if it runs at `rate` from `now` (exactly start + cost if
+    it never slowed)."""
+    return self.start + self.cost if not self.slowed and rate == 1.0 else now + self.left / rate
+
+
 def _Times(schedule: actions.Schedule, costs: Costs, transfer_latency: float,
            concurrency: Optional[float]) -> Dict[actions.Action, Timed]:
   """Start and end of every action of a valid schedule, event by event:
   each device starts its next action when it is free and the action's
   inputs have arrived; while n devices are busy each runs at
-  min(1, concurrency / n) (always 1 if `concurrency` is None). An action
-  that never ran slowed ends at exactly its start plus its cost."""
+  min(1, concurrency / n) (always 1 if `concurrency` is None)."""
   timed: Dict[actions.Action, Timed] = {}
   heads = [0] * schedule.num_devices
-  running: Dict[int, List[Any]] = {}  # device -> [action, start, cost, work left, slowed]
+  running: Dict[int, _Running] = {}
   now, remaining = 0.0, sum(len(row) for row in schedule.devices)
   while remaining:
     arrivals = []
@@ -181,22 +196,21 @@ def _Times(schedule: actions.Schedule, costs: Costs, transfer_latency: float,
       ready = max([timed[x].end + (transfer_latency if timed[x].device != d else 0.0)
                    for x in inputs], default=0.0)
       if ready <= now:
-        running[d] = [a, now, costs.Of(a), costs.Of(a), False]
+        running[d] = _Running(a, now, costs.Of(a), costs.Of(a))
       else:
         arrivals.append(ready)
     rate = min(1.0, concurrency / len(running)) if concurrency and running else 1.0
-    ends = {d: (start + cost if not slowed and rate == 1.0 else now + left / rate)
-            for d, (_, start, cost, left, slowed) in running.items()}
+    ends = {d: r.End(now, rate) for d, r in running.items()}
     then = min(list(ends.values()) + arrivals)
-    for d in list(running):
-      a, start, cost, left, slowed = running[d]
+    for d, r in list(running.items()):
       if ends[d] == then:
-        timed[a] = Timed(d, a, start, then)
+        timed[r.action] = Timed(d, r.action, r.start, then)
         heads[d] += 1
         remaining -= 1
         del running[d]
       else:
-        running[d] = [a, start, cost, left - (then - now) * rate, slowed or rate < 1.0]
+        r.left -= (then - now) * rate
+        r.slowed = r.slowed or rate < 1.0
     now = then
   return timed
 
