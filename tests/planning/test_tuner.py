@@ -112,6 +112,20 @@ def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
                                                      for d in (2, 4) for r in RematPolicy})
 
 
+def test_search_splits_where_the_step_balances_with_its_recomputed_forwards():
+  """Four forward-only layers (F = 3) then four of F = I = W = 1: alike
+  alone, so 4 + 4 without remat; fill-drain at K=2 M=4 with per-cell
+  remat runs 3 of 4 forwards again (21 against 15 a layer): 3 + 5."""
+  pipeline, _ = _Stack(num_layers=8)
+  space = tuner.Space(schedules=[(ScheduleKind.GPIPE, 1)], devices=(2,), micro_batches=(4,),
+                      remats=[RematPolicy.NONE, RematPolicy.PER_CELL])
+  layers = ([measured_costs.LayerCost(3.0, 0.0, 0.0)] * 4 +
+            [measured_costs.LayerCost(1.0, 1.0, 1.0)] * 4)
+  rows = tuner.Search(pipeline, candidates.Measurements({4: layers}), 1 << 40, space)
+  assert {r.candidate.remat: r.candidate.splits for r in rows} == {
+      RematPolicy.NONE: (4,), RematPolicy.PER_CELL: (3,)}
+
+
 def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once():
   pipeline, _ = _Stack()
   space = tuner.Space(micro_batches=(1, 2, 4))
