@@ -136,11 +136,22 @@ def StepShares(costs: Sequence[LayerCost], step: program.Program) -> List[float]
 
 def Balanced(pipeline: hyperparams.Params, costs: Sequence[LayerCost]) -> hyperparams.Params:
   """A copy of `pipeline` whose automatic partition balances its layers'
-  measured seconds in its own training step (StepShares of its program)."""
-  contract = micro_batch.Contract.FromParams(pipeline)
-  batch = contract.InputLayout(layer_meta.Shapes(*pipeline.input_shapes)).batch_size
+  measured seconds in its own training step (StepShares of its program).
+
+  Raises:
+    ValueError: if its M is unknown (micro_batch_size set, no input_shapes).
+  """
+  batch = None
+  if pipeline.input_shapes:
+    contract = micro_batch.Contract.FromParams(pipeline)
+    batch = contract.InputLayout(layer_meta.Shapes(*pipeline.input_shapes)).batch_size
+  num_micro = micro_batch_count.NumMicroBatches(pipeline, batch)
+  if num_micro is None:
+    raise ValueError(f'PipeliningLayer {pipeline.name!r}: Balanced needs the step\'s M; with '
+                     f'micro_batch_size={pipeline.micro_batch_size} set input_shapes, or '
+                     'set num_micro_batches instead.')
   step = plan_lib.FromParams(pipeline, pipeline.num_partitions, check_devices=False).Program(
-      micro_batch_count.NumMicroBatches(pipeline, batch), program.Step.LOSS_INSIDE)
+      num_micro, program.Step.LOSS_INSIDE)
   return pipeline.Copy().Set(cost=partition.CostKind.GIVEN,
                              layer_costs=StepShares(costs, step))
 

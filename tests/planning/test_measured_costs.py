@@ -41,6 +41,20 @@ def test_every_layer_measured_on_a_micro_batch_and_balanced():
   assert pipe.CellLayerIndices() == [list(range(splits[0])), list(range(splits[0], 4))]
 
 
+def test_balanced_takes_m_from_the_params_and_refuses_where_it_is_unknown():
+  """Without input_shapes M is num_micro_batches (fill-drain at M=4 under
+  per-cell remat: 3 forwards again); with micro_batch_size instead, M
+  needs the batch, and the refusal says so."""
+  layers, _ = models.FfnLayers()
+  costs = [measured_costs.LayerCost(1.0, 1.0, 1.0)] * len(layers)
+  p = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers, num_partitions=2,
+                                         num_micro_batches=4)
+  assert measured_costs.Balanced(p, costs).layer_costs == [4 * 3 + 3] * len(layers)
+  with pytest.raises(ValueError, match=r"'pipe': Balanced needs the step's M; with "
+                                       r'micro_batch_size=2 set input_shapes'):
+    measured_costs.Balanced(p.Copy().Set(micro_batch_size=2), costs)
+
+
 def test_step_shares_count_the_forwards_that_remat_runs_again():
   """A forward-only layer and one of F = I = W: alike by step_s; at K=2
   M=4 fill-drain with per-cell remat each cell runs 3 of its 4 forwards
