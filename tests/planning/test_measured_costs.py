@@ -85,6 +85,17 @@ def test_a_layer_of_many_more_flops_measures_more():
   assert costs[2].accumulate_s > costs[0].accumulate_s  # 1024 x 1024 weights against 8 x 8
 
 
+def test_a_backward_is_timed_after_its_whole_forward():
+  """The input gradient of x @ W, dy @ W^T, costs what its forward does:
+  measured after the forward it needs (its cotangent the outputs, as a
+  step's arrives after them), not beside it; with a constant cotangent
+  the forward's product was pruned from the timed gradient (I about 0)."""
+  layers = [linear.ProjectionLayer.Params().Set(name='big', input_dim=2048, output_dim=2048)]
+  (cost,) = measured_costs.Measure(_Params(layers, [256, 2048], k=1, m=1),
+                                   [tf.ones([256, 2048])], repeats=3)
+  assert cost.input_grad_s > 0.4 * cost.forward_s
+
+
 def test_bad_requests_are_named():
   layers, shape = models.FfnLayers()
   with pytest.raises(ValueError, match=r'repeats \(0\) must be >= 1'):
