@@ -81,12 +81,12 @@ def _Client() -> None:
   layers, shape = partition_bench.Workload(check['workload'])
   pipeline = gpipe.PipeliningLayer.Params().Set(name='pipe', layers=layers,
                                                 input_shapes=[shape])
-  run = trial.TrainingSteps(_Candidate(check['layout']).Apply(pipeline),
-                            [tf.random.stateless_normal(shape, [1, 2])])
-  run(1)
+  steps = trial.TrainingSteps(_Candidate(check['layout']).Apply(pipeline),
+                              [tf.random.stateless_normal(shape, [1, 2])])
+  steps.run(1)
   print('warm', flush=True)
   if sys.stdin.readline():
-    print(json.dumps(dict(step_s=trial.StepSeconds(run))), flush=True)
+    print(json.dumps(dict(step_s=trial.StepSeconds(steps.run))), flush=True)
   os._exit(0)
 
 

@@ -120,8 +120,8 @@ def _Tuned(pipeline, measured, space, budget: int, runs) -> Any:
   from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
   from lingvo_pipe.planning import tuner  # pylint: disable=g-import-not-at-top
 
-  def Lookup(candidate):
-    return runs[candidate]['step_s'], runs[candidate]['peak_bytes']
+  def Lookup(candidates):
+    return [(runs[c]['step_s'], runs[c]['peak_bytes']) for c in candidates]
 
   return tuner.Choose(pipeline, measured, budget, Lookup, space, verify=FLAGS.verify,
                       gradients_held=trial.GRADIENTS_HELD)
@@ -192,8 +192,9 @@ def Run(name: str) -> Dict[str, Any]:
   grid = [r.candidate for r in _Search(pipeline, measured, _UNBOUNDED, space)]
   passes: Dict[Any, List[tuple]] = {c: [] for c in grid}
   for n in range(max(FLAGS.passes, 1)):
-    for c in (grid if n % 2 == 0 else grid[::-1]):
-      passes[c].append(trial.Run(c.Apply(pipeline), x))
+    order = grid if n % 2 == 0 else grid[::-1]
+    for c, ran in zip(order, trial.Run([c.Apply(pipeline) for c in order], x)):
+      passes[c].append(ran)
   runs = {c: dict(step_s=min(s for s, _ in ran), passes_s=[s for s, _ in ran],
                   peak_bytes=None if None in [b for _, b in ran] else max(b for _, b in ran))
           for c, ran in passes.items()}
@@ -208,11 +209,11 @@ def SideBySide(pipeline, x, pick, best, rounds: int) -> float:
   once and timed alternately, each the fastest of 3 rounds."""
   from lingvo_pipe.planning import trial  # pylint: disable=g-import-not-at-top
   steps = [trial.TrainingSteps(c.Apply(pipeline), x) for c in (pick, best)]
-  for run in steps:
-    run(1)  # traces
+  for built in steps:
+    built.run(1)  # traces
   ratios = []
   for _ in range(max(rounds, 1)):
-    first, second = (trial.StepSeconds(run, rounds=3) for run in steps)
+    first, second = (trial.StepSeconds(built.run, rounds=3) for built in steps)
     ratios.append(first / second)
   return statistics.median(ratios)
 

@@ -238,7 +238,7 @@ class Trainer:
     """Traces the loop of training steps, as its first call would (which
     then reuses the trace), raising the model's errors before anything is
     written: e.g. a schedule its FProp cannot train."""
-    self._SynchronizeCopies()
+    self.SynchronizeCopies()
     self._train_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
 
   def Train(self, max_steps: int, after_loop: Optional[Callable[[], None]] = None,
@@ -254,7 +254,7 @@ class Trainer:
     tp = self.tp
     batch_size = self.train_input.params.batch_size
     writer = self._Writer('train')
-    self._SynchronizeCopies()
+    self.SynchronizeCopies()
     while True:
       step = int(self.global_step.numpy())
       if step >= max_steps:
@@ -298,14 +298,15 @@ class Trainer:
     """Runs num_steps training steps on the state in memory and nothing
     else: no checkpoint, summary or progress line (the profiler's steps,
     which must leave the logdir as it was)."""
-    self._SynchronizeCopies()
+    self.SynchronizeCopies()
     self._train_loop(tf.constant(num_steps))
 
-  def _SynchronizeCopies(self) -> None:
-    """Once before the loop is traced, and again after a restore: creates
-    the optimizer's slots (restoring the checkpoint's), then sets the
-    pipeline replicas' copies and their slots to the model's (restored or
-    warm started)."""
+  def SynchronizeCopies(self) -> None:
+    """Once before the loop is traced (which calls it), and again after a
+    restore: creates the optimizer's slots (restoring the checkpoint's),
+    then sets the pipeline replicas' copies and their slots to the model's
+    (restored or warm started). A tuner's trial calls it first: all the
+    state then exists before the trace."""
     if self._copies_synchronized:
       return
     optimizers.CreateSlots(self.optimizer, self._trained)

@@ -11,11 +11,12 @@ runs. Nothing is written
 but logdir/tune.png; checkpoints are neither read nor saved.
 """
 
+import functools
 import gc
 import os
 import tempfile
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -61,8 +62,9 @@ def Run(ctx: run_context.RunContext) -> None:
                       devices=[d for d in (1, 2, 4, 8) if d <= len(devices)])
   slots = inspection.OptimizerSlots(ctx.params.trainer.optimizer)
   try:
-    rows, pick = tuner.Tune(pipeline, inputs, budget, devices,
-                            lambda c: _Trial(ctx.params, c.Override(prefix)), space, slots)
+    rows, pick = tuner.Tune(
+        pipeline, inputs, budget, devices,
+        lambda chosen: _Trials(ctx.params, [c.Override(prefix) for c in chosen]), space, slots)
   except ValueError as e:
     raise UserError(str(e)) from None
   logdir = ctx.PrepareLogdir()
@@ -114,13 +116,20 @@ def _PipelineInputs(params: hyperparams.Params, prefix: str) -> Tuple[Any, ...]:
   raise UserError('The task did not call its PipeliningLayer in training; nothing to tune.')
 
 
-def _Trial(params: hyperparams.Params, override: str) -> Tuple[float, Optional[int]]:
+def _Trials(params: hyperparams.Params, overrides: Sequence[str]
+            ) -> List[Tuple[float, Optional[int]]]:
   """(seconds per step, allocator peak bytes or None) of the experiment
-  trained with `override` (trial.Timed)."""
-  trial_params = params.Copy()
-  experiment_params.ApplyOverrides(trial_params, override)
+  trained with each of `overrides` (trial.Timed), each in a trainer of its
+  own and a logdir thrown away."""
   with tempfile.TemporaryDirectory() as logdir:
-    result = trial.Timed(
-        lambda: loop.Trainer(trial_params, logdir, log=lambda _: None).RunStepsUnsaved)
+
+    def Start(override: str) -> trial.Steps:
+      trial_params = params.Copy()
+      experiment_params.ApplyOverrides(trial_params, override)
+      trainer = loop.Trainer(trial_params, tempfile.mkdtemp(dir=logdir), log=lambda _: None)
+      trainer.SynchronizeCopies()
+      return trial.Steps(trainer.TraceTraining, trainer.RunStepsUnsaved)
+
+    results = trial.Timed([functools.partial(Start, o) for o in overrides])
   gc.collect()
-  return result
+  return results

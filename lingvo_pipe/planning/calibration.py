@@ -1,18 +1,20 @@
 """Calibration (the tuner's step 3): how much whole training steps differ
-from their layers timed alone, measured by running a few of them (a
-`Trial` each); Calibrate's docstring says which and what it keeps."""
+from their layers timed alone, measured by running a few of them (one
+call of `Trials`); Calibrate's docstring says which and what it keeps."""
 
 import dataclasses
 import itertools
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
 from lingvo_pipe.planning import candidates
 from lingvo_pipe.planning import overheads as overheads_lib
 
-# (the candidate) -> (seconds per step, peak bytes or None) of a few steps.
-Trial = Callable[[candidates.Candidate], Tuple[float, Optional[int]]]
+# (the candidates) -> (seconds per step, peak bytes or None) of a few steps
+# of each, in order: one call runs several (planning/trial.Timed traces the
+# next while one warms up).
+Trials = Callable[[Sequence[candidates.Candidate]], List[Tuple[float, Optional[int]]]]
 
 
 # The schedules a calibration step may run, preferred first: 1F1B keeps
@@ -41,10 +43,10 @@ def _Probe(rows: Sequence[candidates.Row], devices: int, micro: int,
 
 
 def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
-              rows: Sequence[candidates.Row], trial: Trial) -> candidates.Measurements:
+              rows: Sequence[candidates.Row], trials: Trials) -> candidates.Measurements:
   """`measured` calibrated by whole steps, each a fitting row of `rows`
-  (Search's, uncalibrated) run by `trial`, its measured figures kept in
-  the row:
+  (Search's, uncalibrated), all run by one call of `trials`, their measured
+  figures kept in the rows:
   - per M, the step with the fewest devices that fits without remat, else
     the least recomputing one (_Probe's schedule; unpipelined if one fits):
     `scale` is its measured seconds over the prediction from the layers
@@ -78,14 +80,35 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     within 5% of the best went from 18 to 22 of 24, for one more trial
     (a probe per K and remat policy: 19, for four).
   """
-  scale: Dict[int, float] = {}
   device_counts = sorted({r.candidate.num_devices for r in rows})
+  scale_probes = {}
   for m in sorted(measured.costs):
     found = (_Probe(rows, d, m, remat) for remat in RematPolicy for d in device_counts)
     probe = next((p for p in found if p is not None), None)
-    if probe is None:
+    if probe is not None:
+      scale_probes[m] = probe
+  probes: Dict[Tuple[int, RematPolicy], candidates.Row] = {}
+  same: Dict[Tuple[int, RematPolicy], Tuple[int, RematPolicy]] = {}  # measured by another
+  remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
+  for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
+    alike = [(k, r) for k, r in probes
+             if k == d and (r == RematPolicy.NONE) == (remat == RematPolicy.NONE)]
+    if alike:
+      same[d, remat] = alike[0]
       continue
-    Run(probe, trial)
+    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
+    probe = next((r for r in found if r is not None), None)
+    if probe is not None:
+      probes[d, remat] = probe
+  whole = max((p for (_, r), p in probes.items() if r == RematPolicy.NONE),
+              key=lambda p: p.candidate.num_devices, default=None)
+  split = None if whole is None else _Probe(
+      rows, whole.candidate.num_devices, whole.candidate.num_micro_batches, RematPolicy.NONE,
+      (candidates.Kind.ZB_H1,))
+  Run([*scale_probes.values(), *probes.values(), *([split] if split else [])], trials)
+
+  scale: Dict[int, float] = {}
+  for m, probe in scale_probes.items():
     step = candidates.Program(probe.candidate, probe.candidate.Apply(pipeline))
     alone = dataclasses.replace(measured, overheads=overheads_lib.Overheads())
     layers = candidates.Predict(probe.candidate, step, alone).seconds
@@ -95,30 +118,11 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     if m not in scale and scale:
       scale[m] = scale[min(scale, key=lambda known: abs(known - m))]
   scaled = dataclasses.replace(measured, scale=scale)
-  concurrency: Dict[Tuple[int, RematPolicy], float] = {}
-  probes: Dict[Tuple[int, RematPolicy], candidates.Row] = {}
-  remats = [r for r in RematPolicy if r in {row.candidate.remat for row in rows}]
-  for d, remat in itertools.product([d for d in device_counts if d > 1], remats):
-    alike = [c for (k, r), c in concurrency.items()
-             if k == d and (r == RematPolicy.NONE) == (remat == RematPolicy.NONE)]
-    if alike:
-      concurrency[d, remat] = alike[0]
-      continue
-    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
-    probe = next((r for r in found if r is not None), None)
-    if probe is None:
-      continue
-    Run(probe, trial)
-    probes[d, remat] = probe
-    concurrency[d, remat] = _FittedConcurrency(pipeline, scaled, probe)
-  whole = max((p for (_, r), p in probes.items() if r == RematPolicy.NONE),
-              key=lambda p: p.candidate.num_devices, default=None)
-  split = None if whole is None else _Probe(
-      rows, whole.candidate.num_devices, whole.candidate.num_micro_batches, RematPolicy.NONE,
-      (candidates.Kind.ZB_H1,))
+  concurrency = {key: _FittedConcurrency(pipeline, scaled, probe)
+                 for key, probe in probes.items()}
+  concurrency.update({key: concurrency[other] for key, other in same.items()})
   if split is None:
     return dataclasses.replace(scaled, concurrency=concurrency)
-  Run(split, trial)
   key = (split.candidate.num_devices, RematPolicy.NONE)
   return dataclasses.replace(
       scaled, concurrency=concurrency,
@@ -150,7 +154,9 @@ def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurem
   return (low + high) / 2
 
 
-def Run(row: candidates.Row, trial: Trial) -> None:
-  """Runs `row`'s trial unless it ran already, keeping its figures in it."""
-  if row.measured_s is None:
-    row.measured_s, row.measured_peak_bytes = trial(row.candidate)
+def Run(rows: Sequence[candidates.Row], trials: Trials) -> None:
+  """Runs the trials of the `rows` that did not run yet (in one call),
+  keeping their figures in them."""
+  todo = list({id(r): r for r in rows if r.measured_s is None}.values())
+  for row, (seconds, peak) in zip(todo, trials([r.candidate for r in todo])):
+    row.measured_s, row.measured_peak_bytes = seconds, peak

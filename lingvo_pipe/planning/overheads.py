@@ -41,11 +41,9 @@ def Measure(devices: Sequence[str]) -> Overheads:
       devices=list(devices[:2]), remat=gpipe.RematPolicy.PER_CELL)
   x = [tf.ones([_MICRO, 8])]
 
-  def Seconds(m: int, loop: bool) -> float:
-    p = base.Copy().Set(num_micro_batches=m, loop_min_micro_batches=2 if loop else 0)
-    return trial.Run(p, x)[0]
-
-  one, unrolled, looped = Seconds(1, False), Seconds(_MICRO, False), Seconds(_MICRO, True)
+  steps = [base.Copy().Set(num_micro_batches=m, loop_min_micro_batches=2 if loop else 0)
+           for m, loop in ((1, False), (_MICRO, False), (_MICRO, True))]
+  one, unrolled, looped = (seconds for seconds, _ in trial.Run(steps, x))
   action = max(unrolled - one, 0.0) / (_ACTIONS_PER_MICRO * (_MICRO - 1))
   step = max(one - _ACTIONS_PER_MICRO * action, 0.0)
   loop_action = max(looped - step, 0.0) / (_ACTIONS_PER_MICRO * _MICRO)

@@ -1,5 +1,6 @@
-"""A few training steps of one pipeline layout, timed: the tuner's check
-of its predictions where no trainer runs the model (benchmarks, notebooks).
+"""A few training steps of each of some pipeline layouts, timed: the
+tuner's check of its predictions where no trainer runs the model
+(benchmarks, notebooks).
 
 The step is the pipeline's alone: the loss inside it (FPropWithLoss, the
 mean square of its first output, so every schedule trains), every gradient,
@@ -11,9 +12,12 @@ TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (else None). On CPU
 all logical devices share that allocator, so the peak is every device's.
 """
 
+from concurrent import futures
+import dataclasses
+import functools
 import gc
 import time
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -44,39 +48,88 @@ def StepSeconds(run: Callable[[int], Any], rounds: int = 5, round_s: float = 0.2
   return min(seconds)
 
 
-def Timed(start: Callable[[], Callable[[int], Any]], warmup: int = 1,
-          memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
-  """(seconds per step, peak bytes or None) of the steps `start()` returns
-  a runner of (run(n) runs n steps): `warmup` steps first (the first
-  traces), then StepSeconds; the peak is the allocator's over the timed
-  steps, less what it held before `start` built anything."""
+# (seconds per step, peak bytes or None): what a trial measures.
+Result = Tuple[float, Optional[int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps:
+  """Built training steps: `trace()` makes their graph without running it
+  and allocates nothing (their state exists when they do), `run(n)` runs
+  n of them (the first call traces, if trace() did not)."""
+  trace: Callable[[], Any]
+  run: Callable[[int], Any]
+
+
+def Timed(starts: Sequence[Callable[[], Steps]], warmup: int = 1,
+          memory_device: str = 'CPU:0') -> List[Result]:
+  """(seconds per step, peak bytes or None) of the steps each of `starts`
+  builds, one after another: `warmup` steps (the first instantiates the
+  traced graph), then StepSeconds; the peak is the allocator's over the
+  timed steps, less what it held before that trial was built.
+
+  While a trial warms up, the next one is built and traced: a trace is
+  Python, holding its lock, and a first call is mostly TensorFlow
+  optimizing the graph in C++, which leaves it free (the demo LM's K=4
+  M=16 step: 13 s to trace, 16 s to warm up, 16 s for both beside each
+  other; three M=16 trials took 66-75 s, one after another 88-100 s); the
+  timed steps run alone. The next trial's state, measured as it is built,
+  is not counted in this one's peak.
+  """
   if warmup < 1:
     raise ValueError(f'warmup ({warmup}) must be >= 1: the first step traces the graph.')
+  results: List[Result] = []
+  if not starts:
+    return results
   gc.collect()  # an earlier trial's garbage freed now, not during the steps measured
+  base = BytesInUse(memory_device)
+  steps, _ = _Built(starts[0], memory_device)
+  steps.trace()
+  for index in range(len(starts)):
+    following, following_bytes = (_Built(starts[index + 1], memory_device)
+                                  if index + 1 < len(starts) else (None, 0))
+    with futures.ThreadPoolExecutor(max_workers=1) as beside:
+      warming = beside.submit(steps.run, warmup)
+      if following is not None:
+        following.trace()
+      warming.result()
+    if base is not None:
+      tf.config.experimental.reset_memory_stats(memory_device)
+    seconds = StepSeconds(steps.run)
+    peak = None
+    if base is not None:
+      peak = (tf.config.experimental.get_memory_info(memory_device)['peak'] - base -
+              following_bytes)
+    results.append((seconds, peak))
+    if following is None:
+      break
+    steps = following
+    gc.collect()  # the trial just timed
+    if base is not None:
+      base = (BytesInUse(memory_device) or 0) - following_bytes
+  return results
+
+
+def _Built(start: Callable[[], Steps], memory_device: str) -> Tuple[Steps, int]:
+  """start()'s steps and the bytes the allocator gave them (0 where it
+  keeps no statistics)."""
   before = BytesInUse(memory_device)
-  run = start()
-  run(warmup)
-  if before is not None:
-    tf.config.experimental.reset_memory_stats(memory_device)
-  seconds = StepSeconds(run)
-  peak = None
-  if before is not None:
-    peak = tf.config.experimental.get_memory_info(memory_device)['peak'] - before
-  return seconds, peak
+  steps = start()
+  return steps, 0 if before is None else (BytesInUse(memory_device) or 0) - before
 
 
-def Run(pipeline: hyperparams.Params, inputs: Sequence[Any], warmup: int = 1,
-        memory_device: str = 'CPU:0') -> Tuple[float, Optional[int]]:
-  """Timed training steps of the PipeliningLayer `pipeline` on `inputs` (a
-  whole batch)."""
-  return Timed(lambda: TrainingSteps(pipeline, inputs), warmup, memory_device)
+def Run(pipelines: Sequence[hyperparams.Params], inputs: Sequence[Any], warmup: int = 1,
+        memory_device: str = 'CPU:0') -> List[Result]:
+  """Timed training steps of each PipeliningLayer of `pipelines` on
+  `inputs` (a whole batch)."""
+  return Timed([functools.partial(TrainingSteps, p, inputs) for p in pipelines], warmup,
+               memory_device)
 
 
-def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]
-                  ) -> Callable[[int], float]:
-  """Builds the PipeliningLayer `pipeline` (on its default devices) and
-  returns a runner of n training steps on `inputs` (module docstring)
-  that returns the last step's loss."""
+def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]) -> Steps:
+  """Builds the PipeliningLayer `pipeline` (on its default devices): its
+  training steps on `inputs` (module docstring), whose run(n) returns the
+  last step's loss."""
   pipe = pipeline.Instantiate()
   variables = pipe.trainable_variables
   seeds = step_seeds.Counter()
@@ -95,13 +148,13 @@ def TrainingSteps(pipeline: hyperparams.Params, inputs: Sequence[Any]
           v.assign_sub(1e-6 * tf.convert_to_tensor(g))
     return loss
 
-  def Steps(n: int) -> float:
+  def RunSteps(n: int) -> float:
     loss = 0.0
     for _ in range(n):
       loss = float(Step(*inputs).numpy())
     return loss
 
-  return Steps
+  return Steps(lambda: Step.get_concrete_function(*inputs), RunSteps)
 
 
 def BytesInUse(device: str = 'CPU:0') -> Optional[int]:

@@ -16,7 +16,7 @@ from measured costs and confirmed by running it.
    e.g. any schedule on one device) count once, as the first of the
    space's.
 3. Calibrate (calibration.py): a few fitting candidates run whole
-   training steps (a `trial`: planning/trial.py's, or the trainer's): the
+   training steps (`trials`: planning/trial.py's, or the trainer's): the
    unpipelined step at each M (how much faster the layers run together
    than alone; under a budget it exceeds, the step on the fewest devices
    that fits without remat, else with the least) and a
@@ -169,23 +169,23 @@ def CheckFits(rows: Sequence[candidates.Row], budget_bytes: int) -> None:
       f'of at least {smallest.peak_bytes / 2**20:.1f} MiB, or more devices.')
 
 
-def Verify(rows: Sequence[candidates.Row], trial: calibration.Trial, budget_bytes: int,
+def Verify(rows: Sequence[candidates.Row], trials: calibration.Trials, budget_bytes: int,
            top: int = 3) -> candidates.Row:
-  """Runs the `top` fastest predicted fitting rows not measured yet
-  (filling in their measured figures; Record) and returns the fastest
-  measured fitting row. A row that turns out not to fit (Record) is
-  replaced by the next.
+  """Runs the `top` fastest predicted fitting rows not measured yet (in
+  one call of `trials`, filling in their measured figures; Record) and
+  returns the fastest measured fitting row. Rows that turn out not to fit
+  (Record) are replaced by the next, in another call.
 
   Raises:
     ValueError: if no row fits, predicted or measured.
   """
-  verified = 0
-  for r in rows:
-    if verified >= max(top, 1):
+  while True:
+    first = [r for r in rows if r.fits][:max(top, 1)]
+    todo = [r for r in first if r.measured_s is None]
+    if not todo:
       break
-    if r.fits and r.measured_s is None:
-      Record(r, trial(r.candidate), budget_bytes)
-    verified += r.fits
+    for r, result in zip(todo, trials([r.candidate for r in todo])):
+      Record(r, result, budget_bytes)
   measured = [r for r in rows if r.fits and r.measured_s is not None]
   if not measured:
     raise ValueError(f'No candidate fits {budget_bytes / 2**20:.1f} MiB per device: those '
@@ -241,7 +241,7 @@ class Tuned:
 
 
 def Choose(pipeline: hyperparams.Params, measured: candidates.Measurements,
-           budget_bytes: int, trial: calibration.Trial, space: Space = Space(),
+           budget_bytes: int, trials: calibration.Trials, space: Space = Space(),
            optimizer_slots: int = 0, verify: int = 3,
            gradients_held: bool = True) -> Tuned:
   """Search, Calibrate, Search again and Verify (module docstring), from
@@ -253,19 +253,19 @@ def Choose(pipeline: hyperparams.Params, measured: candidates.Measurements,
   """
   rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots, gradients_held)
   CheckFits(rows, budget_bytes)
-  calibrated = calibration.Calibrate(pipeline, measured, rows, trial)
+  calibrated = calibration.Calibrate(pipeline, measured, rows, trials)
   probes = {r.candidate: r for r in rows if r.measured_s is not None}
   rows = Search(pipeline, calibrated, budget_bytes, space, optimizer_slots, gradients_held)
   for r in rows:
     if r.candidate in probes:
       probe = probes[r.candidate]
       Record(r, (probe.measured_s or 0.0, probe.measured_peak_bytes), budget_bytes)
-  return Tuned(rows, Verify(rows, trial, budget_bytes, verify), calibrated,
+  return Tuned(rows, Verify(rows, trials, budget_bytes, verify), calibrated,
                frozenset(probes))
 
 
 def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
-         devices: Sequence[str], trial: calibration.Trial, space: Space = Space(),
+         devices: Sequence[str], trials: calibration.Trials, space: Space = Space(),
          optimizer_slots: int = 0, verify: int = 3, repeats: int = 3,
          gradients_held: bool = True) -> Tuple[List[candidates.Row], candidates.Row]:
   """Measure, then Choose: (every row, the pick).
@@ -277,6 +277,6 @@ def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
   """
   space = dataclasses.replace(space, devices=[d for d in space.devices if d <= len(devices)])
   measured = Measure(pipeline, inputs, space, devices, repeats)
-  tuned = Choose(pipeline, measured, budget_bytes, trial, space, optimizer_slots, verify,
+  tuned = Choose(pipeline, measured, budget_bytes, trials, space, optimizer_slots, verify,
                  gradients_held)
   return tuned.rows, tuned.pick

@@ -103,6 +103,11 @@ def _Stack(num_layers=4, dim=64, batch=16):
                                             input_shapes=[[batch, dim]]), [batch, dim]
 
 
+def _Each(trial_of):
+  """Trials (calibration.Trials) of a function of one candidate."""
+  return lambda chosen: [trial_of(c) for c in chosen]
+
+
 def _Measured(pipeline, space, per_micro=lambda m: 1.0 / m, concurrency=1.5):
   """Every layer costing per_micro(M) for each of F, I and W."""
   counts = tuner.MicroBatchCounts(pipeline, space)
@@ -190,14 +195,14 @@ def test_a_one_device_candidate_measured_over_the_budget_does_not_fit():
 
   fitting = [r for r in rows if r.fits]
   assert fitting[0].candidate in over and fitting[1].candidate in over
-  pick = tuner.Verify(rows, Trial, budget, top=2)
+  pick = tuner.Verify(rows, _Each(Trial), budget, top=2)
   assert pick.candidate.num_devices > 1 and pick.measured_peak_bytes == budget + 1
   assert [r.fits for r in fitting[:len(over)]] == [False] * len(over)
   # The one-device rows dropped out; two rows that still fit were verified.
   assert sum(r.fits and r.measured_s is not None for r in rows) == 2
   assert len(ran) == len(over) + 2
   with pytest.raises(ValueError, match=r'those predicted to fit measured more on one device'):
-    tuner.Verify([r for r in rows if r.candidate in over], Trial, budget)
+    tuner.Verify([r for r in rows if r.candidate in over], _Each(Trial), budget)
 
 
 def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits():
@@ -317,7 +322,7 @@ def _Calibrated(pipeline, measured, budget, space, factors, single=2.0, split=No
       factor = 2.0 if candidate.remat == RematPolicy.NONE else single
     return factor * predicted[candidate], None
 
-  calibrated = calibration.Calibrate(pipeline, measured, rows, Trial)
+  calibrated = calibration.Calibrate(pipeline, measured, rows, _Each(Trial))
   assert len(ran) == len(set(ran))
   return ran, calibrated, predicted
 
@@ -346,15 +351,15 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   devices = [d.name for d in tf.config.list_logical_devices('CPU')[:2]]
   ran = []
 
-  def Trial(candidate):
-    ran.append(candidate)
-    return trial.Run(candidate.Apply(pipeline), x)
+  def Trials(chosen):
+    ran.extend(chosen)
+    return trial.Run([c.Apply(pipeline) for c in chosen], x)
 
   held = trial.GRADIENTS_HELD
   unpipelined = tuner.Search(pipeline, tuner.Measure(pipeline, x, space, devices, 1),
                              1 << 40, space, gradients_held=held)
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
-  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trial, space, verify=2, repeats=1,
+  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trials, space, verify=2, repeats=1,
                           gradients_held=held)
   # Calibration ran, for each M, the step on two devices (one device does
   # not fit): fill-drain at M=1 (1F1B's step there is the same, and one
