@@ -4,7 +4,7 @@ call of `Trials`); Calibrate's docstring says which and what it keeps."""
 
 import dataclasses
 import itertools
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.core import hyperparams
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
@@ -23,6 +23,10 @@ Trials = Callable[[Sequence[candidates.Candidate]], List[Tuple[float, Optional[i
 # workload at M=4 an unpipelined fill-drain step took 0.78 s, most other M=4
 # steps 0.53 to 0.76 s: calibrated on it, M=4 predictions were 30-47% high).
 _PROBE_SCHEDULES = (candidates.Kind.ONE_F_ONE_B, candidates.Kind.GPIPE)
+# The largest M a concurrency is probed at, if it fits: a step's trace and
+# first call grow with M (the demo LM's K=4 M=16 trial took twice an M=8
+# one's).
+_CONCURRENCY_PROBE_M = 8
 # Halvings of [1, K] that fit a concurrency: 4 / 2**30, far below the
 # noise of a measured step.
 _BISECTIONS = 30
@@ -60,7 +64,8 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     that M's steps without remat 1.40 where 1.07 was measured (a pick
     1.26x the best). An M without a fitting step takes the nearest M's.
   - per device count K > 1, without remat and with it, _Probe's step at
-    the largest M: the concurrency that makes its prediction (the step
+    the largest M up to 8 (else the next larger that fits: a step's trace
+    and first call grow with M): the concurrency that makes its prediction (the step
     simulated on devices sharing cores, step_prediction) its measured
     seconds, within [1, K] (K where the step simulated on separate
     machines alone explains them); the least recomputing remat policy
@@ -96,7 +101,7 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     if alike:
       same[d, remat] = alike[0]
       continue
-    found = (_Probe(rows, d, m, remat) for m in sorted(measured.costs, reverse=True))
+    found = (_Probe(rows, d, m, remat) for m in _ConcurrencyProbeMs(measured.costs))
     probe = next((r for r in found if r is not None), None)
     if probe is not None:
       probes[d, remat] = probe
@@ -129,6 +134,14 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
       split_backward=_FittedConcurrency(pipeline, scaled, split) / concurrency[key])
 
 
+def _ConcurrencyProbeMs(micro_batch_counts: Iterable[int]) -> List[int]:
+  """The M to probe a concurrency at, preferred first: the largest up to
+  _CONCURRENCY_PROBE_M, then the next larger ones."""
+  counts = sorted(micro_batch_counts)
+  return ([m for m in reversed(counts) if m <= _CONCURRENCY_PROBE_M] +
+          [m for m in counts if m > _CONCURRENCY_PROBE_M])
+
+
 def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurements,
                        probe: candidates.Row) -> float:
   """The concurrency within [1, K] at which `probe`'s prediction (from
@@ -155,8 +168,21 @@ def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurem
 
 
 def Run(rows: Sequence[candidates.Row], trials: Trials) -> None:
-  """Runs the trials of the `rows` that did not run yet (in one call),
-  keeping their figures in them."""
+  """Runs the trials of the `rows` that did not run yet (in one call,
+  Trialled), keeping their figures in them."""
   todo = list({id(r): r for r in rows if r.measured_s is None}.values())
-  for row, (seconds, peak) in zip(todo, trials([r.candidate for r in todo])):
+  for row, (seconds, peak) in zip(todo, Trialled([r.candidate for r in todo], trials)):
     row.measured_s, row.measured_peak_bytes = seconds, peak
+
+
+def Trialled(chosen: Sequence[candidates.Candidate], trials: Trials
+             ) -> List[Tuple[float, Optional[int]]]:
+  """The results of `trials` for `chosen`, in its order, run in one call
+  in the order that hides the most of their traces and first calls
+  behind each other's (trial.Timed: the first trace and the last first
+  call run alone; both grow with M): the fewest micro-batches first,
+  then the most, down to the next fewest."""
+  order = sorted(range(len(chosen)), key=lambda i: chosen[i].num_micro_batches)
+  order = order[:1] + order[:0:-1]
+  results = dict(zip(order, trials([chosen[i] for i in order])))
+  return [results[i] for i in range(len(chosen))]

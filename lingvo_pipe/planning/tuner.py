@@ -172,9 +172,9 @@ def CheckFits(rows: Sequence[candidates.Row], budget_bytes: int) -> None:
 def Verify(rows: Sequence[candidates.Row], trials: calibration.Trials, budget_bytes: int,
            top: int = 3) -> candidates.Row:
   """Runs the `top` fastest predicted fitting rows not measured yet (in
-  one call of `trials`, filling in their measured figures; Record) and
-  returns the fastest measured fitting row. Rows that turn out not to fit
-  (Record) are replaced by the next, in another call.
+  one call of `trials`: calibration.Trialled; their figures kept by
+  Record) and returns the fastest measured fitting row. Rows that turn
+  out not to fit (Record) are replaced by the next, in another call.
 
   Raises:
     ValueError: if no row fits, predicted or measured.
@@ -184,7 +184,7 @@ def Verify(rows: Sequence[candidates.Row], trials: calibration.Trials, budget_by
     todo = [r for r in first if r.measured_s is None]
     if not todo:
       break
-    for r, result in zip(todo, trials([r.candidate for r in todo])):
+    for r, result in zip(todo, calibration.Trialled([r.candidate for r in todo], trials)):
       Record(r, result, budget_bytes)
   measured = [r for r in rows if r.fits and r.measured_s is not None]
   if not measured:

@@ -205,6 +205,30 @@ def test_a_one_device_candidate_measured_over_the_budget_does_not_fit():
     tuner.Verify([r for r in rows if r.candidate in over], _Each(Trial), budget)
 
 
+def test_a_concurrency_is_probed_at_the_largest_m_up_to_8_else_the_next_larger():
+  """A step's trace and first call grow with M (the demo LM's M=16
+  trials took twice as long as its M=8 ones)."""
+  assert calibration._ConcurrencyProbeMs([16, 1, 8, 2, 4]) == [8, 4, 2, 1, 16]
+  assert calibration._ConcurrencyProbeMs([32, 16]) == [16, 32]
+
+
+def test_trials_run_the_fewest_micro_batches_first_then_the_most_down_to_the_next_fewest():
+  """The first trace and the last first call run alone (trial.Timed): the
+  two smallest steps go there; each result comes back to its candidate."""
+  chosen = [candidates.Candidate(ScheduleKind.GPIPE, 1, 1, m, RematPolicy.NONE, ())
+            for m in (4, 1, 16, 2, 8)]
+  ran = []
+
+  def Trials(order):
+    ran.extend(c.num_micro_batches for c in order)
+    return [(float(c.num_micro_batches), None) for c in order]
+
+  assert calibration.Trialled(chosen, Trials) == [(4.0, None), (1.0, None), (16.0, None),
+                                                  (2.0, None), (8.0, None)]
+  assert ran == [1, 16, 8, 4, 2]
+  assert calibration.Trialled([], Trials) == []
+
+
 def test_calibration_scales_each_m_by_its_step_with_the_fewest_devices_that_fits():
   """Steps that run twice as long as their uncalibrated prediction: where
   an unpipelined step fits, each M's factor is 2 and each K's concurrency
