@@ -64,16 +64,17 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     that M's steps without remat 1.40 where 1.07 was measured (a pick
     1.26x the best). An M without a fitting step takes the nearest M's.
   - per device count K > 1, without remat and with it, _Probe's step at
-    the largest M up to 8 (else the next larger that fits: a step's trace
-    and first call grow with M): the concurrency that makes its prediction (the step
-    simulated on devices sharing cores, step_prediction) its measured
-    seconds, within [1, K] (K where the step simulated on separate
-    machines alone explains them); the least recomputing remat policy
-    that fits measures it for all. Remat runs the micro-batches it does
-    not keep as calls of the cell's traced functions, where a kept one's
-    ops are inlined into the step, and two devices' calls overlap more
-    than their inlined ops (per-cell steps at K > 1 ran 0.7-0.9 of a
-    prediction with the concurrency measured without remat).
+    the largest M up to 8 (else the next larger that fits: a step's
+    trace and first call grow with M): the concurrency that makes its
+    prediction (the step simulated on devices sharing cores,
+    step_prediction) its measured seconds, within [1, K] (K where the
+    step simulated on separate machines alone explains them); the least
+    recomputing remat policy that fits measures it for all. Remat runs
+    the micro-batches it does not keep as calls of the cell's traced
+    functions, where a kept one's ops are inlined into the step, and two
+    devices' calls overlap more than their inlined ops (per-cell steps at
+    K > 1 ran 0.7-0.9 of a prediction with the concurrency measured
+    without remat).
   - ZB-H1 on the devices and M of the largest K's probe without remat:
     its concurrency over that probe's is `split_backward`, the factor on
     the concurrency of every step without remat of a schedule that splits
