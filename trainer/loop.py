@@ -302,11 +302,10 @@ class Trainer:
     self._train_loop(tf.constant(num_steps))
 
   def SynchronizeCopies(self) -> None:
-    """Once before the loop is traced (which calls it), and again after a
-    restore: creates the optimizer's slots (restoring the checkpoint's),
-    then sets the pipeline replicas' copies and their slots to the model's
-    (restored or warm started). A tuner's trial calls it first: all the
-    state then exists before the trace."""
+    """Before the loop is traced (a tuner's trial calls it first, so that
+    all state exists before), and again after a restore: creates the
+    optimizer's slots (restoring the checkpoint's), then sets the pipeline
+    replicas' copies and their slots to the model's."""
     if self._copies_synchronized:
       return
     optimizers.CreateSlots(self.optimizer, self._trained)
