@@ -71,11 +71,15 @@ class BackwardResult(NamedTuple):
     factors: the deferred factor pairs of each deferring weight.
     deferred_only: keys: the weights whose gradient is all deferred (the
       tape gave them none); values None.
+    done: a scalar made after every gradient and every put of them: what
+      the device's next action waits for (a gradient op still to run holds
+      the activations it reads).
   """
   weight_grads: List[Optional[tf.Tensor]]
   input_grads: List[tf.Tensor]
   factors: FactorPairs
   deferred_only: Dict[int, None]
+  done: tf.Tensor
 
 
 class CellGradients:
@@ -160,17 +164,17 @@ class CellGradients:
     return GradSink.ADD if self._backwards else GradSink.ASSIGN
 
   def Put(self, weight_grads: Sequence[Optional[tf.Tensor]],
-          sink: GradSink) -> List[Optional[tf.Tensor]]:
+          sink: GradSink) -> Tuple[List[Optional[tf.Tensor]], List[Any]]:
     """Inside a backward: puts the weights' gradients (None: all deferred)
-    into `sink`. Returns BackwardResult.weight_grads."""
+    into `sink`. Returns BackwardResult.weight_grads and the ops that put
+    them into the accumulators."""
     if sink == GradSink.RETURN:
-      return list(weight_grads)
+      return list(weight_grads), []
     assign = (tf.raw_ops.AssignVariableOp if sink == GradSink.ASSIGN
               else tf.raw_ops.AssignAddVariableOp)
-    for acc, spec, g in zip(self._accumulators, self._specs, weight_grads):
-      if g is not None:
-        assign(resource=acc, value=precision.CastGradients([g], [spec])[0])
-    return []
+    return [], [assign(resource=acc, value=precision.CastGradients([g], [spec])[0])
+                for acc, spec, g in zip(self._accumulators, self._specs, weight_grads)
+                if g is not None]
 
   def Keep(self, sink: GradSink, result: BackwardResult, split: bool = False) -> None:
     """After a backward into `sink`: keeps what StepGradients sums, or with

@@ -25,7 +25,7 @@ deferred their gradients.
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -45,6 +45,13 @@ from lingvo_pipe.pipeline.lowering import remat
 # sink None, M 1 and decision None. Per eval mode: layers read it while
 # tracing; per M: which projections defer depends on it.
 _FunctionKey = Tuple[Optional[GradSink], bool, int, Optional[remat.Decision]]
+
+
+class Backwarded(NamedTuple):
+  """A backward's input gradients, flat as the cell's inputs (None for
+  those not floating point), and its BackwardResult.done."""
+  input_grads: List[Any]
+  done: tf.Tensor
 
 
 @dataclasses.dataclass
@@ -143,21 +150,20 @@ class CellRunner:
     return outputs, updates, recording
 
   def Backward(self, theta: NestedMap, inputs: tuple, output_grads: tuple,
-               decision: remat.Decision, num_micro: int) -> List[Any]:
+               decision: remat.Decision, num_micro: int) -> Backwarded:
     """Recomputes the cell as `decision` says and hands its theta gradients
     to self.gradients (a split backward's factor pairs wait there for its
-    WeightBackward). Returns the input gradients, flat (None for inputs
-    that are not floating point)."""
+    WeightBackward)."""
     sink = self.gradients.NextSink()
     decision = self._Compilable(decision) or decision
     with tf.device(self.device):
       result = self._BackwardFunction(sink, num_micro, decision)(
           theta, inputs, output_grads)
     self.gradients.Keep(sink, result, decision.split)
-    return _InputGrads(result.input_grads, inputs)
+    return Backwarded(_InputGrads(result.input_grads, inputs), result.done)
 
   def BackwardFromTape(self, recording: Recording, inputs: tuple,
-                       outputs: tuple, output_grads: tuple) -> List[Any]:
+                       outputs: tuple, output_grads: tuple) -> Backwarded:
     """Backward without recomputation, from the Recording of a Forward; the
     gradient ops are placed on the cell's device, those of an inlined
     forward under the name scope scope_names.KEPT_BACKWARD_SCOPE. Hands
@@ -169,7 +175,7 @@ class CellRunner:
       result = self._Result(sink, recording.sources, recording.num_weights,
                             grads, recording.collector)
     self.gradients.Keep(sink, result, recording.split)
-    return _InputGrads(result.input_grads, inputs)
+    return Backwarded(_InputGrads(result.input_grads, inputs), result.done)
 
   def WeightBackward(self, factors: cell_gradients.FactorPairs) -> List[tf.Tensor]:
     """A W: the weight gradients of a split backward's factor pairs
@@ -268,10 +274,12 @@ class CellRunner:
     deferred_only = {i: None for i in sorted(factors) if grads[i] is None}
     grads = [g if g is not None or i in deferred_only else tf.zeros_like(x)
              for i, (x, g) in enumerate(zip(sources, grads))]
+    weight_grads, puts = self.gradients.Put(grads[:num_weights], sink)
+    with tf.control_dependencies([g for g in grads if g is not None] + puts):
+      done = tf.constant(0)
     return cell_gradients.BackwardResult(
-        weight_grads=self.gradients.Put(grads[:num_weights], sink),
-        input_grads=grads[num_weights:], factors=factors,
-        deferred_only=deferred_only)
+        weight_grads=weight_grads, input_grads=grads[num_weights:], factors=factors,
+        deferred_only=deferred_only, done=done)
 
   def _LayerwiseRematFProp(self, theta: NestedMap, inputs: tuple) -> Any:
     """The cell's forward with each sublayer under tf.recompute_grad."""

@@ -3,7 +3,8 @@
 The executor runs a Program (program.Lower) in its order, as a
 step_runner.StepRunner: every action of every replica, each device's in
 its schedule's order (each waits for its device's previous action through
-control dependencies on the cell's call), so a cell keeps only the
+control dependencies on the cell's call; a backward is done once all its
+gradients are, the weights' too), so a cell keeps only the
 micro-batches its schedule has in flight. Replicas are an axis: replica r
 runs the same actions on its own devices (plan.replica_devices)
 on its slice of the batch; micro-batch m of replica r is micro-batch
@@ -204,10 +205,8 @@ class Executor:
         self._previous.get((r, self._plan.cell_devices[c]), []))
 
   def _SetPrevious(self, r: int, c: int, done: List[Any]) -> None:
-    """Marks `done` as the device's last action, unless it is empty (a
-    backward with no input gradient to wait on leaves the order as it was)."""
-    if done:
-      self._previous[(r, self._plan.cell_devices[c])] = done
+    """Marks `done` as the device's last action."""
+    self._previous[(r, self._plan.cell_devices[c])] = done
 
   def _Forward(self, r: int, c: int, m: int) -> None:
     runner = self._runners[r][c]
@@ -244,13 +243,16 @@ class Executor:
     dy = tf.nest.pack_sequence_as(done.outputs, self._output_grads.pop((r, c, m)))
     with self._After(r, c):
       if done.recording is not None:
-        dx = runner.BackwardFromTape(done.recording, done.inputs, done.outputs, dy)
+        backward = runner.BackwardFromTape(done.recording, done.inputs, done.outputs, dy)
       else:
-        dx = runner.Backward(done.theta, done.inputs, dy, done.decision,
-                             self._num_micro)
+        backward = runner.Backward(done.theta, done.inputs, dy, done.decision,
+                                   self._num_micro)
     if done.decision.split:
       self._factors[(r, c, m)] = runner.gradients.TakeSplitFactors()
-    self._SetPrevious(r, c, [g for g in dx if g is not None])
+    # Not its input gradients alone: a weight's gradient still to run holds
+    # what it reads (docs/schedules.md).
+    self._SetPrevious(r, c, [backward.done])
+    dx = backward.input_grads
     if c > 0:
       self._output_grads[(r, c - 1, m)] = [
           tf.zeros_like(x) if g is None else g

@@ -27,7 +27,7 @@ def _Normal(shape, seed):
 
 def test_sinks_return_with_one_micro_batch_else_assign_then_add():
   grads = cell_gradients.CellGradients(_Cell(), '/device:CPU:0')
-  empty = BackwardResult([], [], {}, {})
+  empty = BackwardResult([], [], {}, {}, tf.constant(0))
   grads.StartStep(1)
   assert grads.NextSink() == GradSink.RETURN
   sinks = []
@@ -58,10 +58,10 @@ def test_step_gradients_sum_accumulators_and_deferred_products(w_deferred_only):
     if not w_deferred_only:
       expected_w += g_w.numpy()
     sink = grads.NextSink()
-    handed = grads.Put([g_b, None if w_deferred_only else g_w], sink)
-    assert handed == []
+    handed, puts = grads.Put([g_b, None if w_deferred_only else g_w], sink)
+    assert handed == [] and len(puts) == (1 if w_deferred_only else 2)
     grads.Keep(sink, BackwardResult(handed, [], {1: [(a, c)]},
-                                    {1: None} if w_deferred_only else {}))
+                                    {1: None} if w_deferred_only else {}, tf.constant(0)))
   got = grads.StepGradients(cell.theta)
   assert got[2] is None
   np.testing.assert_allclose(got[0].numpy(), expected_b, rtol=1e-5)
@@ -73,8 +73,8 @@ def test_step_gradients_of_one_micro_batch_are_the_returned_ones():
   grads = cell_gradients.CellGradients(cell, '/device:CPU:0')
   grads.StartStep(1)
   g_b, g_w = _Normal([3], 1), _Normal([4, 3], 2)
-  handed = grads.Put([g_b, g_w], GradSink.RETURN)
-  assert handed[0] is g_b and handed[1] is g_w
-  grads.Keep(GradSink.RETURN, BackwardResult(handed, [], {}, {}))
+  handed, puts = grads.Put([g_b, g_w], GradSink.RETURN)
+  assert handed[0] is g_b and handed[1] is g_w and puts == []
+  grads.Keep(GradSink.RETURN, BackwardResult(handed, [], {}, {}, tf.constant(0)))
   got = grads.StepGradients(cell.theta)
   assert got[0] is g_b and got[1] is g_w and got[2] is None

@@ -115,19 +115,19 @@ class LoopActions:
     else:
       flat_dy = loop_queues.Dequeue(self.queues[r]['grads'][c][1])
     dy = tf.nest.pack_sequence_as(self.out_structs[c], flat_dy)
-    dx = runner.Backward(theta, x, dy, self.decisions[c], self.num_micro)
-    return self._InputGrads(r, c, x, dx, pieces)
+    backward = runner.Backward(theta, x, dy, self.decisions[c], self.num_micro)
+    return self._InputGrads(r, c, x, backward, pieces)
 
-  def _InputGrads(self, r: int, c: int, x: tuple, dx: List[Any],
+  def _InputGrads(self, r: int, c: int, x: tuple, backward: cell_runner.Backwarded,
                   pieces: Pieces) -> List[Any]:
-    flat = loop_probes.FlatBackward(x, dx, self.runners[r][c].gradients,
+    flat = loop_probes.FlatBackward(x, backward.input_grads, self.runners[r][c].gradients,
                                     self.tables.split[c], self.layouts[c])
     num_in = len(self.specs.ins[c])
     pieces['factors'] = flat[num_in:]
     if c == 0:
       pieces['d_inputs'] = flat[:num_in]
-      return []
-    return [self.queues[r]['grads'][c - 1][0].enqueue(flat[:num_in])]
+      return [backward.done]
+    return [backward.done, self.queues[r]['grads'][c - 1][0].enqueue(flat[:num_in])]
 
   def Weights(self, c: int, m: tf.Tensor, runner: cell_runner.CellRunner,
                factors: List[tf.TensorArray], pieces: Pieces) -> List[Any]:
@@ -155,6 +155,6 @@ class LoopActions:
                          'forward: a bug in the loop tables.')
     pieces['sums'] = tf.nest.flatten(upd)
     self._Outputs(r, c, m, out, pieces)
-    dx = runner.BackwardFromTape(recording, x, out,
-                                 tf.nest.pack_sequence_as(out, pieces['dys']))
-    return self._InputGrads(r, c, x, dx, pieces)
+    backward = runner.BackwardFromTape(recording, x, out,
+                                       tf.nest.pack_sequence_as(out, pieces['dys']))
+    return self._InputGrads(r, c, x, backward, pieces)
