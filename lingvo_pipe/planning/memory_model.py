@@ -42,9 +42,13 @@ recomputation: a recomputing cell's backward is one call that returns
 all its gradients at once): summed(k) is then the largest layer's
 params, the one gradient being made.
 
-upd(k) is the largest layer's params: an update makes a temporary of a
-weight's size (a scaled gradient, an optimizer's step; measured with a
-worker process per device: benchmarks/device_peaks_bench.py).
+upd(k) is the two largest layers' params (one layer's in a cell of
+one): an update makes a temporary of a weight's size (a scaled gradient,
+an optimizer's step), and TensorFlow runs two at once where two are
+ready (its inter-op threads). Measured with a worker process per device
+(benchmarks/device_peaks_bench.py): the uneven stack's devices of two
+projections at K=4 M=8 1F1B held a weight (4.5 MiB) above one update's
+temporary, its unpipelined step 5 MiB.
 
 act counts what each layer keeps for its backward: LayerMeta.act_bytes
 (every tensor its forward makes), or where given, the bytes measured off
@@ -202,16 +206,17 @@ def _CellState(cell: Sequence[Layer], step: program.Program, k: int,
   """state(k) of the module docstring."""
   params = sum(l.full.param_bytes for l in cell)
   largest = max(l.full.param_bytes for l in cell)
+  updates = sum(sorted(l.full.param_bytes for l in cell)[-2:])
   num_micro = step.schedule.num_micro_batches
   if (not gradients_held and num_micro == 1 and step.emission == program.Emission.UNROLLED
       and _CellPolicy(step, k) == RematPolicy.NONE):
-    return optimizer_slots * params + 2 * largest
+    return optimizer_slots * params + largest + updates
   deferred = []
   if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in deferral.Deferred(l.micro, num_micro)]
   summed = params - sum(deferral.WeightBytes(p) for p in deferred)
   factors = num_micro * sum(_FactorBytes(p) for p in deferred)
-  return optimizer_slots * params + summed + factors + largest
+  return optimizer_slots * params + summed + factors + updates
 
 
 def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:

@@ -52,7 +52,7 @@ def test_memory_and_time_by_hand(remat, m, remat_last):
                          remat_last_micro_batch=remat_last)
   mb = n // m
   params = 2 * _Params(d, d)
-  update = _Params(d, d)  # an update's temporary: the largest layer's params
+  update = 2 * _Params(d, d)  # two updates' temporaries: the two layers' params
   big = _Act(d, mb)
   act = {RematPolicy.NONE: 2 * _Act(d, n) + big,
          RematPolicy.PER_CELL: _In(d, n) + 2 * _Act(d, mb) + big,
@@ -392,7 +392,7 @@ def test_measured_kept_bytes_and_gradient_use_by_hand(remat, m, held):
          RematPolicy.PER_LAYER: _In(d, n) + 2 * _In(d, mb) + kept + out}[remat]
   one_gradient = not held and m == 1 and remat == RematPolicy.NONE
   gradients = _Params(d, d) if one_gradient else params
-  update = _Params(d, d)  # an update's temporary: the largest layer's params
+  update = 2 * _Params(d, d)  # two updates' temporaries: the two layers' params
   assert row.act_bytes == [act] * k
   assert row.state_bytes == [slots * params + gradients + update] * k
   with pytest.raises(ValueError, match=r'kept_bytes has 3 entries for 4 layers'):
