@@ -1,6 +1,8 @@
 """measured_costs: each layer timed alone at the micro-batch size, and a
 partition that balances the measured seconds."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -83,6 +85,23 @@ def test_a_layer_of_many_more_flops_measures_more():
                                  [tf.ones([64, 8])], repeats=3)
   assert costs[2].step_s > costs[0].step_s
   assert costs[2].accumulate_s > costs[0].accumulate_s  # 1024 x 1024 weights against 8 x 8
+
+
+def test_layers_of_one_kind_get_one_cost():
+  """Three 64 -> 64 projections (one of them after a 64 -> 32 -> 64 pair
+  of other kinds) get the same cost, the median of their timings; the
+  others, of other params or input shapes, their own."""
+  def Projection(name, d_in, d_out):
+    return linear.ProjectionLayer.Params().Set(name=name, input_dim=d_in, output_dim=d_out)
+
+  layers = [Projection('a', 64, 64), Projection('b', 64, 64), Projection('down', 64, 32),
+            Projection('up', 32, 64), Projection('c', 64, 64)]
+  costs = measured_costs.Measure(_Params(layers, [16, 64], k=1, m=1),
+                                 [tf.ones([16, 64])], repeats=2)
+  # (what a layer keeps depends on where it sits: kept_bytes.Chain)
+  seconds = [dataclasses.replace(c, kept_bytes=None) for c in costs]
+  assert seconds[0] == seconds[1] == seconds[4]
+  assert seconds[2] != seconds[0] and seconds[3] != seconds[0]
 
 
 def test_a_backward_is_timed_after_its_whole_forward():
