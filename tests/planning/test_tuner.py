@@ -157,6 +157,25 @@ def test_search_keeps_the_budget_ranks_by_prediction_and_counts_each_step_once()
           r.candidate.cells_per_device == 2} == {(2,)}
 
 
+def test_the_table_shows_the_fastest_predicted_and_every_row_that_ran():
+  """A pick predicted slower than the first `limit` rows (a calibration
+  run that measured fastest) is shown and marked; what fits and is not
+  shown, and what does not fit, are counted."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2, 4))
+  measured = _Measured(pipeline, space)
+  everything = tuner.Search(pipeline, measured, 1 << 40, space)
+  budget = max(r.peak_bytes for r in everything if r.candidate.num_devices == 1) - 1
+  rows = tuner.Search(pipeline, measured, budget, space)
+  fitting = [r for r in rows if r.fits]
+  pick = fitting[-1]
+  pick.measured_s = 0.001
+  lines = tuner.FormatTable(rows, pick, limit=2).splitlines()
+  assert len(lines) == 1 + 3 + 2 and lines[3].startswith('*')
+  assert lines[4] == f'  ({len(fitting) - 3} more candidates fit, predicted slower, not run)'
+  assert lines[5] == f'  ({len(rows) - len(fitting)} more candidates do not fit the budget)'
+
+
 def test_a_budget_nothing_fits_and_untunable_pipelines_are_named():
   pipeline, _ = _Stack()
   space = tuner.Space(micro_batches=(1, 2))
