@@ -39,7 +39,7 @@ import dataclasses
 import logging
 import statistics
 import time
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -120,12 +120,14 @@ def Measure(pipeline: hyperparams.Params, inputs: Sequence[Any], repeats: int = 
   held: Sequence[Optional[int]] = [None] * len(kept)
   if all(k is not None for k in kept):
     held = kept_bytes.Chain([k for k in kept if k is not None])
-  fastest = [[max(min(t) - call, _MIN_SECONDS) for t in per_layer] for per_layer in times]
+  alike: Dict[Tuple[str, Tuple[Any, ...]], List[List[float]]] = {}
+  for kind, per_layer in zip(kinds, times):
+    alike.setdefault(kind, []).append([max(min(t) - call, _MIN_SECONDS) for t in per_layer])
+  median = {kind: [statistics.median(runs) for runs in zip(*fastest)]
+            for kind, fastest in alike.items()}
   costs = []
   for kind, layer_held in zip(kinds, held):
-    alike = [f for f, k in zip(fastest, kinds) if k == kind]
-    forward, with_inputs, with_weights, accumulate = (
-        statistics.median(f[i] for f in alike) for i in range(len(alike[0])))
+    forward, with_inputs, with_weights, accumulate = median[kind]
     costs.append(LayerCost(forward, max(with_inputs - forward, 0.0),
                            max(with_weights - with_inputs, 0.0), layer_held, accumulate))
   return costs
