@@ -8,11 +8,12 @@ of what one layer's backward holds while it runs (below). Stashed inputs
 take the dtype of the layer that reads them (fprop_dtype, else dtype).
 
     params(k) = sum of LayerMeta.param_bytes
-    state(k)  = optimizer_slots * params(k) + summed(k) + factors(k) + upd(k)
+    state(k)  = optimizer_slots * params(k) + summed(k) + factors(k)
     act(k)    = NONE:      act(N)                           + tmp(n)
                 PER_CELL:  in(N) + act(n)                   + tmp(n)
                 PER_LAYER: in(N) + sum_l in_l(n) + big(n)   + tmp(n)
-    peak(k)   = params(k) + state(k) + act(k)
+    peak(k)   = params(k) + state(k) + max(act(k), upd(k))  gradients held
+                params(k) + state(k) + act(k) + upd(k)      updated as made
 
 That is fill-drain, where cell k keeps all M micro-batches until its
 drain. Under another schedule cell k keeps at most f(k) of them at once
@@ -42,13 +43,20 @@ recomputation: a recomputing cell's backward is one call that returns
 all its gradients at once): summed(k) is then the largest layer's
 params, the one gradient being made.
 
-upd(k) is the two largest layers' params (one layer's in a cell of
-one): an update makes a temporary of a weight's size (a scaled gradient,
-an optimizer's step), and TensorFlow runs two at once where two are
-ready (its inter-op threads). Measured with a worker process per device
-(benchmarks/device_peaks_bench.py): the uneven stack's devices of two
-projections at K=4 M=8 1F1B held a weight (4.5 MiB) above one update's
-temporary, its unpipelined step 5 MiB.
+upd(k) is the two largest layers' params of the device (one layer's on a
+device of one, the largest over all its cells on a device of several): an
+update makes a temporary of a weight's size (a scaled gradient, an
+optimizer's step), and TensorFlow runs two at once where two are ready
+(its inter-op threads), whatever cells they belong to. Where the step
+holds every gradient to its end, the updates run after the activations
+are freed, and their temporaries take the place of act: peak_bench's
+held-gradient steps, ffn K=2 M=4, measured 151-284 MB against 0.92-1.04
+of the range's low end so, where adding them on top overstated all 24
+by up to 41%. Where each weight is updated as its gradient is made
+(trial.Run), updates run while other activations live: measured with a
+worker process per device (benchmarks/device_peaks_bench.py), the uneven
+stack's devices of two projections at K=4 M=8 1F1B held a weight
+(4.5 MiB) above one update's temporary, its unpipelined step 5 MiB.
 
 act counts what each layer keeps for its backward: LayerMeta.act_bytes
 (every tensor its forward makes), or where given, the bytes measured off
@@ -122,7 +130,8 @@ def DeviceBytes(cells: Sequence[Sequence[Layer]], step: program.Program,
                 optimizer_slots: int, gradients_held: bool
                 ) -> Tuple[List[int], List[int], List[int]]:
   """Per device of `step`'s schedule params, state and act (module
-  docstring) of `cells` (the Profile of each cell's layers)."""
+  docstring) of `cells` (the Profile of each cell's layers), the updates'
+  temporaries counted in act where `gradients_held`, else in state."""
   num_micro = step.schedule.num_micro_batches
   peaks = simulate.Simulate(step.schedule, simulate.UNIT_COSTS).CellPeaks(len(cells))
   placement = [sorted({a.cell for a in row}) for row in step.schedule.devices]
@@ -132,7 +141,10 @@ def DeviceBytes(cells: Sequence[Sequence[Layer]], step: program.Program,
   act = _DeviceAct([_CellActBytes(c, _CellPolicy(step, k), f, num_micro,
                                   w if step.Splits(k) else 0)
                     for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)
-  return params, state, act
+  updates = [_Updates([l for c in device for l in cells[c]]) for device in placement]
+  if gradients_held:
+    return params, state, [max(a, u) for a, u in zip(act, updates)]
+  return params, [s + u for s, u in zip(state, updates)], act
 
 
 def Chain(layers: Sequence[hyperparams.Params],
@@ -206,17 +218,21 @@ def _CellState(cell: Sequence[Layer], step: program.Program, k: int,
   """state(k) of the module docstring."""
   params = sum(l.full.param_bytes for l in cell)
   largest = max(l.full.param_bytes for l in cell)
-  updates = sum(sorted(l.full.param_bytes for l in cell)[-2:])
   num_micro = step.schedule.num_micro_batches
   if (not gradients_held and num_micro == 1 and step.emission == program.Emission.UNROLLED
       and _CellPolicy(step, k) == RematPolicy.NONE):
-    return optimizer_slots * params + largest + updates
+    return optimizer_slots * params + largest
   deferred = []
   if step.DefersToStepEnd(k):
     deferred = [p for l in cell for p in deferral.Deferred(l.micro, num_micro)]
   summed = params - sum(deferral.WeightBytes(p) for p in deferred)
   factors = num_micro * sum(_FactorBytes(p) for p in deferred)
-  return optimizer_slots * params + summed + factors + updates
+  return optimizer_slots * params + summed + factors
+
+
+def _Updates(layers: Sequence[Layer]) -> int:
+  """upd of a device holding `layers` (module docstring)."""
+  return sum(sorted(l.full.param_bytes for l in layers)[-2:])
 
 
 def _PerDevice(per_cell: Sequence[int], placement: Sequence[Sequence[int]]) -> List[int]:

@@ -43,7 +43,9 @@ class PlanRow:
 
   Attributes:
     param_bytes, state_bytes, act_bytes, peak_bytes: params(k), state(k),
-      act(k) and peak(k) of memory_model's docstring, one entry per device.
+      act(k) and peak(k) of memory_model's docstring, one entry per device;
+      upd(k) in act_bytes (their max) where the gradients are held, else
+      in state_bytes.
     total_peak_bytes: sum of peak_bytes: a shared allocator's (CPU's) peak
       if the devices' peaks coincide.
     shared_peak_bytes: params and state of every cell plus the largest

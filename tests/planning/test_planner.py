@@ -60,11 +60,13 @@ def test_memory_and_time_by_hand(remat, m, remat_last):
   recompute = {RematPolicy.NONE: 0, RematPolicy.PER_CELL: 1, RematPolicy.PER_LAYER: 2}
   assert (row.num_cells, row.num_micro_batches, row.remat) == (k, m, remat)
   assert row.param_bytes == [params] * k
-  assert row.state_bytes == [(1 + slots) * params + update] * k
-  assert row.act_bytes == [act] * k
-  assert row.peak_bytes == [(2 + slots) * params + update + act] * k
-  assert row.total_peak_bytes == k * ((2 + slots) * params + update + act)
-  assert row.shared_peak_bytes == k * ((2 + slots) * params + update) + act
+  # The gradients are held until the step's end: the updates run after
+  # the activations are freed, their temporaries in place of them.
+  assert row.state_bytes == [(1 + slots) * params] * k
+  assert row.act_bytes == [max(act, update)] * k
+  assert row.peak_bytes == [(2 + slots) * params + max(act, update)] * k
+  assert row.total_peak_bytes == k * ((2 + slots) * params + max(act, update))
+  assert row.shared_peak_bytes == k * (2 + slots) * params + max(act, update)
   assert row.bubble == pytest.approx((k - 1) / (m + k - 1))
   # Each cell keeps its last micro-batch (no recomputation) unless told
   # not to: on the critical path the first backward of the drain, or at
@@ -202,8 +204,9 @@ def test_one_f_one_b_keeps_k_minus_k_micro_batches_by_hand(remat):
   micro-batches it records, the same time."""
   d, n, k, m = 8, 8, 2, 4
   mb = n // m
+  # Updates as the gradients are made: act is the activations alone.
   row = planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat,
-                         schedule_kind=ScheduleKind.ONE_F_ONE_B)
+                         schedule_kind=ScheduleKind.ONE_F_ONE_B, gradients_held=False)
   big = _Act(d, mb)
   kept = [2, 1]
   act = {RematPolicy.NONE: [2 * f * _Act(d, mb) + big for f in kept],
@@ -244,7 +247,8 @@ def test_a_device_of_several_cells_counts_one_backward_at_a_time():
   temporaries (big), not two."""
   d, n, m = 8, 8, 4
   row = planner.Estimate(_Stack([d] * 5), [[n, d]], 4, m, RematPolicy.PER_CELL,
-                         schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2)
+                         schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2,
+                         gradients_held=False)
   flights = simulate.Simulate(schedule.Actions(ScheduleKind.INTERLEAVED, 2, m, 2),
                               simulate.UNIT_COSTS).CellPeaks(4)
   mb = n // m
@@ -357,8 +361,26 @@ def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, de
     expected = [slots * p + p - 64 * 256 * F32 + factors for p in params]
   else:
     expected = [(1 + slots) * p for p in params]
-  # And an update's temporary: the cell's one layer.
-  assert row.state_bytes == [e + p for e, p in zip(expected, params)]
+  assert row.state_bytes == expected
+  # The update's temporary (the cell's one layer) after the activations.
+  assert all(a >= p for a, p in zip(row.act_bytes, params))
+
+
+@pytest.mark.parametrize('held', [True, False])
+def test_a_device_of_two_cells_runs_two_updates_at_once(held):
+  """Interleaved, v=2: two cells of two equal layers on each device. The
+  updates' temporaries are the device's two largest layers, not two per
+  cell: TensorFlow runs two at once per device, whatever its cells."""
+  d, n = 64, 2  # weights far larger than the activations
+  row = planner.Estimate(_Stack([d] * 9), [[n, d]], 4, 2, RematPolicy.NONE,
+                         schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2,
+                         gradients_held=held)
+  params, update = 4 * _Params(d, d), 2 * _Params(d, d)
+  assert row.param_bytes == [params] * 2
+  if held:
+    assert row.state_bytes == [params] * 2 and row.act_bytes == [update] * 2
+  else:
+    assert row.state_bytes == [params + update] * 2 and max(row.act_bytes) < update
 
 
 def test_given_layer_costs_partition_as_the_pipeline_does():
@@ -393,7 +415,11 @@ def test_measured_kept_bytes_and_gradient_use_by_hand(remat, m, held):
   one_gradient = not held and m == 1 and remat == RematPolicy.NONE
   gradients = _Params(d, d) if one_gradient else params
   update = 2 * _Params(d, d)  # two updates' temporaries: the two layers' params
-  assert row.act_bytes == [act] * k
-  assert row.state_bytes == [slots * params + gradients + update] * k
+  if held:  # the updates after the activations are freed
+    assert row.act_bytes == [max(act, update)] * k
+    assert row.state_bytes == [slots * params + gradients] * k
+  else:  # the updates while the activations live
+    assert row.act_bytes == [act] * k
+    assert row.state_bytes == [slots * params + gradients + update] * k
   with pytest.raises(ValueError, match=r'kept_bytes has 3 entries for 4 layers'):
     planner.Estimate(_Stack([d] * 5), [[n, d]], k, m, remat, kept_bytes=[kept] * 3)
