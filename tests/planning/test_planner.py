@@ -367,12 +367,15 @@ def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, de
 
 
 @pytest.mark.parametrize('held', [True, False])
-def test_a_device_of_two_cells_runs_two_updates_at_once(held):
+@pytest.mark.parametrize('m', [1, 2])
+def test_a_device_of_two_cells_runs_two_updates_at_once(m, held):
   """Interleaved, v=2: two cells of two equal layers on each device. The
   updates' temporaries are the device's two largest layers, not two per
-  cell: TensorFlow runs two at once per device, whatever its cells."""
+  cell: TensorFlow runs two at once per device, whatever its cells. Where
+  weights are updated as their gradients are made, at M=1 the device
+  holds one gradient at a time, not one per cell."""
   d, n = 64, 2  # weights far larger than the activations
-  row = planner.Estimate(_Stack([d] * 9), [[n, d]], 4, 2, RematPolicy.NONE,
+  row = planner.Estimate(_Stack([d] * 9), [[n, d]], 4, m, RematPolicy.NONE,
                          schedule_kind=ScheduleKind.INTERLEAVED, cells_per_device=2,
                          gradients_held=held)
   params, update = 4 * _Params(d, d), 2 * _Params(d, d)
@@ -380,7 +383,8 @@ def test_a_device_of_two_cells_runs_two_updates_at_once(held):
   if held:
     assert row.state_bytes == [params] * 2 and row.act_bytes == [update] * 2
   else:
-    assert row.state_bytes == [params + update] * 2 and max(row.act_bytes) < update
+    gradients = _Params(d, d) if m == 1 else params
+    assert row.state_bytes == [gradients + update] * 2 and max(row.act_bytes) < update
 
 
 def test_given_layer_costs_partition_as_the_pipeline_does():
