@@ -20,7 +20,7 @@ middle and by the measured peak (Spearman's rho, ties averaged).
 import dataclasses
 import json
 import sys
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -82,14 +82,15 @@ def Ranks(values: Sequence[float]) -> List[float]:
   return ranks
 
 
-def Spearman(a: Sequence[float], b: Sequence[float]) -> float:
-  """Spearman's rank correlation of a and b (Pearson's of their ranks)."""
+def Spearman(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
+  """Spearman's rank correlation of a and b (Pearson's of their ranks);
+  None where either ties every value (it orders nothing to compare)."""
   ra, rb = Ranks(a), Ranks(b)
   n = len(a)
   ma, mb = sum(ra) / n, sum(rb) / n
   cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
   var = (sum((x - ma)**2 for x in ra) * sum((y - mb)**2 for y in rb))**0.5
-  return cov / var if var else 1.0
+  return cov / var if var else None
 
 
 def Rankings(rows: List[Dict]) -> List[Dict]:
@@ -103,11 +104,12 @@ def Rankings(rows: List[Dict]) -> List[Dict]:
   for (workload, emission, remat), group in groups.items():
     middle = [(r['predicted_low_mb'] + r['predicted_high_mb']) / 2 for r in group]
     measured = [r['measured_mb'] for r in group]
+    rho = Spearman(middle, measured)
     out.append(dict(
         workload=workload, emission=emission, remat=remat,
         by_predicted=[g['schedule'] for _, g in sorted(zip(middle, group), key=lambda t: t[0])],
         by_measured=[g['schedule'] for _, g in sorted(zip(measured, group), key=lambda t: t[0])],
-        spearman=round(Spearman(middle, measured), 3)))
+        spearman=None if rho is None else round(rho, 3)))
   return out
 
 
