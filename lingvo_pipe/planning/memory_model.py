@@ -53,9 +53,9 @@ optimizer's step), and TensorFlow runs two at once where two are ready
 (its inter-op threads), whatever cells they belong to. Where the step
 holds every gradient to its end, the updates run after the activations
 are freed, and their temporaries take the place of act: peak_bench's
-held-gradient steps, ffn K=2 M=4, measured 151-284 MB against 0.92-1.04
-of the range's low end so, where adding them on top overstated all 24
-by up to 41%. Where each weight is updated as its gradient is made
+held-gradient steps (ffn, K=2 M=4, all 24 schedule rows) measure
+0.92-1.04 of the range's low end so, 0.71-0.94 of it counted on top.
+Where each weight is updated as its gradient is made
 (trial.Run), updates run while other activations live: measured with a
 worker process per device (benchmarks/device_peaks_bench.py), the uneven
 stack's devices of two projections at K=4 M=8 1F1B held a weight
