@@ -28,12 +28,13 @@ def test_planner_counts_activations_at_compute_dtype():
   for dtype in (None, tf.bfloat16):
     layers, shape = _FfnLayers(dtype)
     rows[dtype] = planner.Estimate(layers, [shape], 4, 4, RematPolicy.PER_CELL,
-                                   optimizer_slots=2)
+                                   optimizer_slots=2, gradients_held=False)
   f32, bf16 = rows[None], rows[tf.bfloat16]
   assert bf16.param_bytes == f32.param_bytes
   # A bfloat16 product is by a cast of the weight, so no weight gradient is
   # deferred: each weight keeps its gradient sum beside its two slots, and
-  # an update's temporary (the cell's one layer); in float32 the
+  # an update's temporary (the cell's one layer, updated as its gradient is
+  # made: beside the activations); in float32 the
   # projections (64 -> 128 -> 64) defer, their factors smaller.
   assert bf16.state_bytes == [4 * p for p in bf16.param_bytes]
   assert all(f < b for f, b in zip(f32.state_bytes, bf16.state_bytes))
