@@ -142,8 +142,8 @@ def DeviceBytes(cells: Sequence[Sequence[Layer]], step: program.Program,
   state = _HeldAndOneRunning([_CellState(c, step, k, optimizer_slots, gradients_held)
                               for k, c in enumerate(cells)], placement)
   act = _HeldAndOneRunning([_CellActBytes(c, _CellPolicy(step, k), f, num_micro,
-                                  w if step.Splits(k) else 0)
-                    for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)
+                                          w if step.Splits(k) else 0)
+                            for k, (c, (f, w)) in enumerate(zip(cells, peaks))], placement)
   updates = [_Updates([l for c in device for l in cells[c]]) for device in placement]
   if gradients_held:
     return params, state, [max(a, u) for a, u in zip(act, updates)]

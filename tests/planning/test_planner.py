@@ -363,7 +363,9 @@ def test_weights_deferred_to_one_product_keep_no_gradient_sum(remat, kind, m, de
     expected = [(1 + slots) * p for p in params]
   assert row.state_bytes == expected
   # The update's temporary (the cell's one layer) after the activations.
-  assert all(a >= p for a, p in zip(row.act_bytes, params))
+  activations = planner.Estimate(_Stack([64, 256, 64]), [[8, 64]], 2, m, remat,
+                                 schedule_kind=kind, gradients_held=False).act_bytes
+  assert row.act_bytes == [max(a, p) for a, p in zip(activations, params)]
 
 
 @pytest.mark.parametrize('held', [True, False])
