@@ -224,6 +224,34 @@ def test_a_one_device_candidate_measured_over_the_budget_does_not_fit():
     tuner.Verify([r for r in rows if r.candidate in over], _Each(Trial), budget)
 
 
+@pytest.mark.parametrize('first_measure_slow', [True, False])
+def test_verify_runs_the_next_rows_while_one_not_run_is_predicted_faster(first_measure_slow):
+  """Where every verified row measures slower than the next row's
+  prediction, the predictions were wrong about them: the next `top` run
+  (at most `more` times), and the pick is the fastest of all that ran.
+  Where one measures as predicted, the rest are not run."""
+  pipeline, _ = _Stack()
+  space = tuner.Space(micro_batches=(1, 2, 4), remats=[RematPolicy.NONE])
+  rows = tuner.Search(pipeline, _Measured(pipeline, space), 1 << 40, space)
+  fitting = [r for r in rows if r.fits]
+  assert len(fitting) >= 7
+  ran = []
+
+  def Trial(candidate):
+    ran.append(candidate)
+    row = next(r for r in fitting if r.candidate == candidate)
+    slow = first_measure_slow and fitting.index(row) < 4
+    return row.predicted.seconds * (3.0 if slow else 1.0), 0
+
+  pick = tuner.Verify(rows, _Each(Trial), 1 << 40, top=2, more=2)
+  if first_measure_slow:  # rows 0-3 slow: two rounds more, rows 4-5 the fastest measured
+    assert sorted(map(str, ran)) == sorted(str(r.candidate) for r in fitting[:6])
+    assert pick is fitting[4]
+  else:
+    assert sorted(map(str, ran)) == sorted(str(r.candidate) for r in fitting[:2])
+    assert pick is fitting[0]
+
+
 def test_a_concurrency_is_probed_at_the_largest_m_up_to_8_else_the_next_larger():
   """A step's trace and first call grow with M (the demo LM's M=16
   trials took twice as long as its M=8 ones)."""
