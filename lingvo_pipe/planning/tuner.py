@@ -186,7 +186,8 @@ def Verify(rows: Sequence[candidates.Row], trials: calibration.Trials, budget_by
   Raises:
     ValueError: if no row fits, predicted or measured.
   """
-  count = max(top, 1)
+  step = max(top, 1)
+  count = step
   for _ in range(max(more, 0) + 1):
     _RunFirst(rows, trials, budget_bytes, count)
     measured = [r for r in rows if r.fits and r.measured_s is not None]
@@ -194,7 +195,7 @@ def Verify(rows: Sequence[candidates.Row], trials: calibration.Trials, budget_by
     if not measured or not waiting or (
         waiting[0].predicted.seconds >= min(r.measured_s or 0.0 for r in measured)):
       break
-    count += max(top, 1)
+    count += step
   if not measured:
     raise ValueError(f'No candidate fits {budget_bytes / 2**20:.1f} MiB per device: those '
                      'predicted to fit measured more on one device; give a larger budget.')
@@ -206,7 +207,8 @@ def _RunFirst(rows: Sequence[candidates.Row], trials: calibration.Trials,
   """Runs the `count` fastest predicted fitting rows not measured yet,
   and the next in place of any that turns out not to fit."""
   while True:
-    todo = [r for r in [r for r in rows if r.fits][:count] if r.measured_s is None]
+    first = [r for r in rows if r.fits][:count]
+    todo = [r for r in first if r.measured_s is None]
     if not todo:
       return
     for r, result in zip(todo, calibration.Trialled([r.candidate for r in todo], trials)):
