@@ -23,15 +23,11 @@ from lingvo_pipe.pipeline import pipelined_model
 from lingvo_pipe.pipeline.replicas import replica_variables
 from trainer.checkpointing import checkpoint_keys
 from trainer.checkpointing import checkpoints
+from trainer import loop_report
 from trainer import loss_scale as loss_scale_lib
 from trainer import optimizers
 from trainer import train_input_state
 from trainer.checkpointing import warm_start
-
-
-# Metrics whose name starts so are counts: summed by Eval, not averaged, and
-# left off the progress line.
-COUNT_PREFIX = 'num_'
 
 
 class NonFiniteLossError(RuntimeError):
@@ -280,10 +276,12 @@ class Trainer:
         loss = float(loss_sum) / applied
         metrics = {n.decode(): float(v) / applied
                    for n, v in zip(names.numpy(), metric_sums.numpy())}
-        self._Summaries(writer, step, loss, float(norm), ran * batch_size / elapsed,
-                        elapsed / ran, skipped, metrics)
-        self._Progress(step, max_steps, loss, ran * batch_size / elapsed,
-                       elapsed / ran, skipped, metrics, not self._step_built)
+        report = loop_report.LoopReport(
+            step=step, loss=loss, grad_norm=float(norm),
+            examples_per_sec=ran * batch_size / elapsed, step_time=elapsed / ran,
+            skipped=skipped, metrics=metrics)
+        loop_report.WriteSummaries(writer, report, self.learning_rate)
+        self.log(loop_report.ProgressLine(report, max_steps, not self._step_built))
         self._step_built = True
         if before_first_save is not None:
           before_first_save()
@@ -333,35 +331,6 @@ class Trainer:
           f'last checkpoint is {self.manager.latest_checkpoint}.')
     checkpoints.Save(self.manager, step)
 
-  def _Summaries(self, writer, step: int, loss: float, norm: float,
-                 examples_per_sec: float, step_time: float, skipped: int,
-                 metrics: Dict[str, float]) -> None:
-    with writer.as_default(step=step):
-      tf.summary.scalar('loss', loss)
-      for name, value in metrics.items():  # the task's, averaged over the loop
-        tf.summary.scalar(name, value)
-      tf.summary.scalar('nonfinite_steps_skipped', skipped)  # in this loop
-      tf.summary.scalar('learning_rate', self.learning_rate())
-      tf.summary.scalar('grad_norm', norm)
-      tf.summary.scalar('examples_per_sec', examples_per_sec)
-      tf.summary.scalar('step_time_s', step_time)
-    writer.flush()
-
-  def _Progress(self, step: int, max_steps: int, loss: float,
-                examples_per_sec: float, step_time: float, skipped: int,
-                metrics: Dict[str, float], first_loop: bool) -> None:
-    """One line per loop; the run's first loop, whose time includes building
-    the step, gives no ETA unless it is the last."""
-    eta = int((max_steps - step) * step_time)
-    eta_text = (f'ETA {eta // 60}m{eta % 60:02d}s' if not first_loop or step >= max_steps
-                else 'ETA from the next loop (this one built the step)')
-    note = f' ({skipped} non-finite steps skipped)' if skipped else ''
-    shown = ''.join(f'  {k} {v:.4f}' for k, v in metrics.items()
-                    if not k.startswith(COUNT_PREFIX))
-    self.log(f'step {step:>6}/{max_steps}  loss {loss:.4f}{shown}  '
-             f'{examples_per_sec:8.1f} examples/s  {step_time:.3f} s/step  '
-             f'{eta_text}{note}')
-
   # --- eval -----------------------------------------------------------------------
 
   def _EvalStep(self, batch: NestedMap) -> NestedMap:
@@ -381,12 +350,12 @@ class Trainer:
         weight = metrics.get('num_tokens', 1.0)
         weight_sum += weight
         for key, value in metrics.items():
-          is_count = key.startswith(COUNT_PREFIX)
+          is_count = key.startswith(loop_report.COUNT_PREFIX)
           totals[key] = totals.get(key, 0.0) + (value if is_count else value * weight)
     if not weight_sum:
       raise ValueError(f'The {split} input produced no batch; check its data and '
                        'batch_size.')
-    means = {k: (v if k.startswith(COUNT_PREFIX) else v / weight_sum)
+    means = {k: (v if k.startswith(loop_report.COUNT_PREFIX) else v / weight_sum)
              for k, v in totals.items()}
     step = int(self.global_step.numpy())
     with self._Writer('eval').as_default(step=step):
@@ -394,7 +363,7 @@ class Trainer:
         tf.summary.scalar(key, value)
     self._Writer('eval').flush()
     self.log(f'eval at step {step}: ' + '  '.join(
-        f'{k} {v:.0f}' if k.startswith(COUNT_PREFIX) else f'{k} {v:.4f}'
+        f'{k} {v:.0f}' if k.startswith(loop_report.COUNT_PREFIX) else f'{k} {v:.4f}'
         for k, v in sorted(means.items())))
     return means
 
