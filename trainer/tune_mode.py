@@ -62,16 +62,18 @@ def Run(ctx: run_context.RunContext) -> None:
                       devices=[d for d in (1, 2, 4, 8) if d <= len(devices)])
   slots = inspection.OptimizerSlots(ctx.params.trainer.optimizer)
   try:
-    rows, pick = tuner.Tune(
+    tuned = tuner.Tune(
         pipeline, inputs, budget, devices,
         lambda chosen: _Trials(ctx.params, [c.Override(prefix) for c in chosen]), space, slots)
   except ValueError as e:
     raise UserError(str(e)) from None
   logdir = ctx.PrepareLogdir()
   chart = os.path.join(logdir, 'tune.png')
+  rows, pick = tuned.rows, tuned.pick
   tune_chart.Draw(rows, budget, chart, f'{ctx.options.model}: {prefix}', pick)
-  print(f'Tuned {prefix} in {time.perf_counter() - start:.0f} s over {len(devices)} '
-        f'device(s), budget {budget / 2**20:.0f} MiB per device, {slots} optimizer slot(s) '
+  print(f'Tuned {prefix} in {time.perf_counter() - start:.0f} s ({tuned.phases}) over '
+        f'{len(devices)} device(s), budget {budget / 2**20:.0f} MiB per device, {slots} '
+        'optimizer slot(s) '
         'per weight. Predicted from each layer timed alone, calibrated by whole steps; '
         'the measured rows trained in a trainer of their own (seconds per step: the '
         'fastest of 5 rounds; peak: the allocator\'s, over every device). Chart: ' + chart)

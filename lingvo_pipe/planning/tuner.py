@@ -35,6 +35,7 @@ peak is the device's own.
 
 import dataclasses
 import itertools
+import time
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from lingvo_pipe.core import hyperparams
@@ -258,14 +259,33 @@ def FormatTable(rows: Sequence[candidates.Row], pick: Optional[candidates.Row] =
 
 
 @dataclasses.dataclass(frozen=True)
+class Phases:
+  """Where a tune's seconds went: timing the layers alone (Tune's
+  Measure; 0 in Choose), the calibration's and the verification's trials
+  (Search's seconds are in neither: a fraction of a second), and how many
+  candidates each ran."""
+  measure_s: float
+  calibration_s: float
+  calibration_trials: int
+  verification_s: float
+  verification_trials: int
+
+  def __str__(self) -> str:
+    return (f'layers timed alone {self.measure_s:.0f} s, {self.calibration_trials} '
+            f'calibration trials {self.calibration_s:.0f} s, {self.verification_trials} '
+            f'verification trials {self.verification_s:.0f} s')
+
+
+@dataclasses.dataclass(frozen=True)
 class Tuned:
   """What Choose found: every row (the calibrated Search's, with the
-  trials' figures), the pick, the calibrated measurements, and the
-  candidates that ran for the calibration."""
+  trials' figures), the pick, the calibrated measurements, the
+  candidates that ran for the calibration, and where the time went."""
   rows: List[candidates.Row]
   pick: candidates.Row
   measured: candidates.Measurements
   probes: FrozenSet[candidates.Candidate]
+  phases: Phases
 
 
 def Choose(pipeline: hyperparams.Params, measured: candidates.Measurements,
@@ -281,22 +301,27 @@ def Choose(pipeline: hyperparams.Params, measured: candidates.Measurements,
   """
   rows = Search(pipeline, measured, budget_bytes, space, optimizer_slots, gradients_held)
   CheckFits(rows, budget_bytes)
+  start = time.perf_counter()
   calibrated = calibration.Calibrate(pipeline, measured, rows, trials)
+  calibration_s = time.perf_counter() - start
   probes = {r.candidate: r for r in rows if r.measured_s is not None}
   rows = Search(pipeline, calibrated, budget_bytes, space, optimizer_slots, gradients_held)
   for r in rows:
     if r.candidate in probes:
       probe = probes[r.candidate]
       Record(r, (probe.measured_s or 0.0, probe.measured_peak_bytes), budget_bytes)
-  return Tuned(rows, Verify(rows, trials, budget_bytes, verify), calibrated,
-               frozenset(probes))
+  start = time.perf_counter()
+  pick = Verify(rows, trials, budget_bytes, verify)
+  verified = sum(r.measured_s is not None and r.candidate not in probes for r in rows)
+  phases = Phases(0.0, calibration_s, len(probes), time.perf_counter() - start, verified)
+  return Tuned(rows, pick, calibrated, frozenset(probes), phases)
 
 
 def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
          devices: Sequence[str], trials: calibration.Trials, space: Space = Space(),
          optimizer_slots: int = 0, verify: int = 3, repeats: int = 3,
-         gradients_held: bool = True) -> Tuple[List[candidates.Row], candidates.Row]:
-  """Measure, then Choose: (every row, the pick).
+         gradients_held: bool = True) -> Tuned:
+  """Measure, then Choose (its Phases with Measure's seconds).
 
   Raises:
     ValueError: if the pipeline cannot be tuned (no p.layers or
@@ -304,7 +329,10 @@ def Tune(pipeline: hyperparams.Params, inputs: Sequence[Any], budget_bytes: int,
       smallest predicted peak).
   """
   space = dataclasses.replace(space, devices=[d for d in space.devices if d <= len(devices)])
+  start = time.perf_counter()
   measured = Measure(pipeline, inputs, space, devices, repeats)
+  measure_s = time.perf_counter() - start
   tuned = Choose(pipeline, measured, budget_bytes, trials, space, optimizer_slots, verify,
                  gradients_held)
-  return tuned.rows, tuned.pick
+  return dataclasses.replace(tuned, phases=dataclasses.replace(tuned.phases,
+                                                               measure_s=measure_s))

@@ -430,8 +430,9 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   unpipelined = tuner.Search(pipeline, tuner.Measure(pipeline, x, space, devices, 1),
                              1 << 40, space, gradients_held=held)
   budget = min(r.peak_bytes for r in unpipelined if r.candidate.num_devices == 1) - 1
-  rows, pick = tuner.Tune(pipeline, x, budget, devices, Trials, space, verify=2, repeats=1,
-                          gradients_held=held)
+  tuned = tuner.Tune(pipeline, x, budget, devices, Trials, space, verify=2, repeats=1,
+                     gradients_held=held)
+  rows, pick = tuned.rows, tuned.pick
   # Calibration ran, for each M, the step on two devices (one device does
   # not fit): fill-drain at M=1 (1F1B's step there is the same, and one
   # row stands for both), then 1F1B at M=4 if it fits (the split of the
@@ -451,5 +452,9 @@ def test_tune_measures_predicts_and_runs_the_fastest_that_fit():
   assert all(r.fits for r in verified) and set(fastest) <= set(ran)
   assert pick.peak_bytes <= budget and pick.candidate.num_devices == 2
   assert pick.measured_s == min(r.measured_s for r in verified)
+  phases = tuned.phases
+  assert (phases.calibration_trials, phases.verification_trials) == (len(probes),
+                                                                     len(ran) - len(probes))
+  assert phases.measure_s > 0 and phases.calibration_s > 0 and phases.verification_s >= 0
   marked = [l for l in tuner.FormatTable(rows, pick).splitlines() if l.startswith('*')]
   assert len(marked) == 1 and str(pick.candidate.splits[0]) in marked[0]

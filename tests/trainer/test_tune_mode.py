@@ -22,6 +22,9 @@ def test_tune_ends_with_an_override_that_trains_as_pasted(tmp_path, devices):
   assert lines[0].startswith('Tuned task.stack.pipeline in '), tuned.stdout
   assert f' over {devices} device(s)' in lines[0]
   assert 'budget 64 MiB per device, 2 optimizer slot(s)' in lines[0]
+  phases = re.search(r'\(layers timed alone \d+ s, (\d+) calibration trials \d+ s, (\d+) '
+                     r'verification trials \d+ s\)', lines[0])
+  assert phases and int(phases.group(1)) >= 1, lines[0]
   assert (tmp_path / 'tune' / 'tune.png').stat().st_size > 0
   picked = [l for l in lines if l.startswith('*')]
   assert len(picked) == 1 and re.search(r' \d+\.\d{4} +\d+\.\d +\d+\.\d{4} ', picked[0]), lines
