@@ -181,6 +181,16 @@ class Schedule:
 
   def Inputs(self, action: Action) -> List[Action]:
     """The actions whose results `action` reads (see the module docstring)."""
+    known = self._inputs.get(action)
+    return list(known) if known is not None else self._InputsOf(action)
+
+  @functools.cached_property
+  def _inputs(self) -> Dict[Action, Tuple[Action, ...]]:
+    """Inputs of every action of the schedule, found once: the simulator
+    and the validator ask for each many times."""
+    return {a: tuple(self._InputsOf(a)) for _, _, a in self.Positions()}
+
+  def _InputsOf(self, action: Action) -> List[Action]:
     if action.kind == ActionKind.REDUCE:
       return [a for row in self.devices for a in row
               if a.cell == action.cell and a.kind in WEIGHT_BACKWARDS]

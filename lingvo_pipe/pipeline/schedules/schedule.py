@@ -47,6 +47,8 @@ action starting when its device is free and its inputs are ready: F(j, m)
 after F(j-1, m); B(j, m) after F(j, m) and B(j+1, m).
 """
 
+import functools
+
 from lingvo_pipe.pipeline.schedules import actions
 from lingvo_pipe.pipeline.schedules import built_in
 from lingvo_pipe.pipeline.schedules import simulate
@@ -62,10 +64,12 @@ def BubbleFraction(num_cells: int, num_micro_batches: int) -> float:
   return (num_cells - 1) / (num_micro_batches + num_cells - 1)
 
 
+@functools.lru_cache(maxsize=256)
 def Actions(kind: ScheduleKind, num_devices: int, num_micro_batches: int,
             cells_per_device: int = 1) -> actions.Schedule:
   """The actions of built-in schedule `kind` (built_in.Build; v as
-  built_in.CellsPerDeviceParam reads it).
+  built_in.CellsPerDeviceParam reads it), built once per sizes: a
+  Schedule never changes, and the tuner predicts many steps of each.
 
   Raises:
     TypeError, ValueError: naming the value and the fix, for sizes the

@@ -18,11 +18,16 @@ this order, each in the devices' order:
 """
 
 from typing import Dict, List, Optional, Set, Tuple
+import weakref
 
 from lingvo_pipe.pipeline.schedules import actions
 
 Action = actions.Action
 Kind = actions.ActionKind
+
+# The schedules found valid, by id while they live: a schedule never
+# changes, and the tuner simulates each of its candidates' many times.
+_VALID: 'weakref.WeakValueDictionary[int, actions.Schedule]' = weakref.WeakValueDictionary()
 
 
 def _Where(schedule: actions.Schedule, action: Action) -> str:
@@ -166,7 +171,10 @@ def Validate(schedule: actions.Schedule) -> None:
     ValueError: naming the first broken action (device, position, action
       in text form) and why (see the module docstring for the checks).
   """
+  if _VALID.get(id(schedule)) is schedule:
+    return
   _CheckPlacement(schedule)
   _CheckOnceAndOrder(schedule)
   _CheckComplete(schedule)
   _CheckProgress(schedule)
+  _VALID[id(schedule)] = schedule
