@@ -118,7 +118,8 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
              schedule_kind: schedule.ScheduleKind = schedule.ScheduleKind.GPIPE,
              cells_per_device: int = 1, loop_min_micro_batches: int = 0,
              layer_costs: Sequence[float] = (), kept_bytes: Sequence[int] = (),
-             gradients_held: bool = True) -> PlanRow:
+             gradients_held: bool = True,
+             profile: Optional[Sequence[memory_model.Layer]] = None) -> PlanRow:
   """Predicts memory and step time of `layers` in K cells and M micro-batches.
 
   Args:
@@ -148,6 +149,9 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
     gradients_held: whether the step reads every gradient before it
       updates any weight (the trainer: its global norm); False where each
       weight is updated as its gradient is made (trial.Run).
+    profile: memory_model.Profile of these layers, shapes, M and
+      kept_bytes, if made already (the tuner's Search makes one per M for
+      all its candidates); else Estimate makes it.
 
   Returns:
     The PlanRow (fits is left False; Plan sets it).
@@ -182,8 +186,10 @@ def Estimate(layers: Sequence[hyperparams.Params], input_shapes: Sequence[Any],
                        program.Step.LOSS_INSIDE, emission)
   splits = partition.BalancedSplits(
       partition.LayerCosts(layers, input_shapes, cost, layer_costs), num_cells)
-  profile = memory_model.Profile(layers, shapes, contract.SplitShapes(shapes, num_micro_batches),
-                                 num_micro_batches, kept_bytes)
+  if profile is None:
+    profile = memory_model.Profile(layers, shapes,
+                                   contract.SplitShapes(shapes, num_micro_batches),
+                                   num_micro_batches, kept_bytes)
   cells = partition.SplitLayers(profile, splits)
   params, state, act = memory_model.DeviceBytes(cells, step, optimizer_slots, gradients_held)
   peak = [p + s + a for p, s, a in zip(params, state, act)]

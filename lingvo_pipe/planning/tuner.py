@@ -124,27 +124,37 @@ def Search(pipeline: hyperparams.Params, measured: candidates.Measurements,
   besides the pipeline (planner.Estimate)."""
   if budget_bytes <= 0:
     raise ValueError(f'The memory budget must be > 0 bytes, got {budget_bytes}.')
+  counts = MicroBatchCounts(pipeline, space)  # raises for a pipeline it cannot tune
   num_layers = len(pipeline.layers)
+  # What a layout changes and the step's program reads, without the
+  # layers' params (copying those for every candidate took most of a Search).
+  unlayered = pipeline.Copy().Set(layers=[])
+  contract = micro_batch.Contract.FromParams(pipeline)
+  shapes = layer_meta.Shapes(*pipeline.input_shapes)
+  profiles: Dict[int, List[memory_model.Layer]] = {}  # per M, for all its candidates
   rows, seen = [], set()
   for (kind, v), d, m, remat in itertools.product(
-      space.schedules, sorted(set(space.devices)), MicroBatchCounts(pipeline, space),
-      space.remats):
+      space.schedules, sorted(set(space.devices)), counts, space.remats):
     if d * v > num_layers or (v > 1 and d == 1) or m not in measured.costs:
       continue
+    if m not in profiles:
+      profiles[m] = memory_model.Profile(pipeline.layers, shapes, contract.SplitShapes(shapes, m),
+                                         m, _KeptBytes(measured.costs[m]))
     unsplit = candidates.Candidate(kind, d, v, m, remat, ())
-    step = candidates.Program(unsplit, unsplit.Apply(pipeline))  # the splits change no action
+    p = unsplit.Apply(unlayered)  # the splits change no action
+    step = candidates.Program(unsplit, p)
     costs = measured_costs.StepShares(measured.costs[m], step)
     candidate = dataclasses.replace(unsplit,
                                     splits=tuple(partition.BalancedSplits(costs, d * v)))
-    p = candidate.Apply(pipeline)
     same = (candidate.splits, step.emission, step.order, tuple(sorted(step.decisions.items())))
     if same in seen:  # e.g. every schedule on one device: the same step as GPIPE's
       continue
     seen.add(same)
     row = planner.Estimate(
-        p.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
+        pipeline.layers, p.input_shapes, d * v, m, remat, optimizer_slots, p.batch_dim,
         partition.CostKind.GIVEN, p.remat_last_micro_batch, p.broadcast_inputs, kind, v,
-        plan_lib.LoopFromM(p), costs, _KeptBytes(measured.costs[m]), gradients_held)
+        plan_lib.LoopFromM(p), costs, _KeptBytes(measured.costs[m]), gradients_held,
+        profiles[m])
     rows.append(candidates.Row(candidate, candidates.Predict(candidate, step, measured),
                                row.max_peak_bytes, row.shared_peak_bytes,
                                row.total_peak_bytes, row.max_peak_bytes <= budget_bytes))

@@ -3,9 +3,11 @@ recommendation, errors, and that it partitions like PipeliningLayer."""
 
 import pytest
 
+from lingvo_pipe.core import layer_meta
 from lingvo_pipe.core.layers import linear
 from lingvo_pipe.pipeline import gpipe
 from lingvo_pipe.pipeline.layout import cells as cells_lib
+from lingvo_pipe.pipeline.layout import micro_batch
 from lingvo_pipe.pipeline.layout import partition
 from lingvo_pipe.pipeline.lowering import program
 from lingvo_pipe.pipeline.lowering.remat import RematPolicy
@@ -13,6 +15,7 @@ from lingvo_pipe.pipeline.schedules import schedule
 from lingvo_pipe.pipeline.schedules import simulate
 from lingvo_pipe.pipeline.schedules.schedule import ScheduleKind
 from lingvo_pipe.planning import choices
+from lingvo_pipe.planning import memory_model
 from lingvo_pipe.planning import planner
 
 F32 = 4
@@ -88,6 +91,24 @@ def test_more_micro_batches_less_per_cell_activation():
   acts = [max(planner.Estimate(layers, [[32, 16]], 2, m, RematPolicy.PER_CELL).act_bytes)
           for m in (1, 2, 4, 8, 16)]
   assert acts == sorted(acts, reverse=True) and len(set(acts)) == len(acts)
+
+
+def test_a_profile_made_once_predicts_what_estimate_makes_itself():
+  """The tuner's Search makes the layers' memory profile once per M for
+  all its candidates: given it, Estimate predicts the same, and it is
+  what Estimate reads (another M's profile changes the activations)."""
+  layers = _Stack([16] * 9)
+  shapes = layer_meta.Shapes([32, 16])
+  profiles = {m: memory_model.Profile(layers, shapes,
+                                      micro_batch.Contract(0, ()).SplitShapes(shapes, m), m)
+              for m in (1, 4)}
+  for m, k, remat in ((1, 1, RematPolicy.NONE), (4, 4, RematPolicy.PER_CELL),
+                      (4, 2, RematPolicy.NONE)):
+    assert (planner.Estimate(layers, [[32, 16]], k, m, remat, profile=profiles[m]) ==
+            planner.Estimate(layers, [[32, 16]], k, m, remat))
+  assert (planner.Estimate(layers, [[32, 16]], 2, 4, RematPolicy.NONE,
+                           profile=profiles[1]).act_bytes !=
+          planner.Estimate(layers, [[32, 16]], 2, 4, RematPolicy.NONE).act_bytes)
 
 
 @pytest.mark.parametrize('m', [2, 4, 8])
