@@ -42,8 +42,8 @@ devices' activation peaks at once, to total_peak_bytes, all at once).
 --replay=FILE runs no trials: it takes a run's JSON (same workload flags)
 and replays the tuner on its recorded layer costs, overheads and grid
 (each trial looked up there), printing the same JSON: a change to the
-prediction or calibration judged on a recorded grid in about a minute
-per workload, where a run takes an hour. A side-by-side ratio is the
+prediction or calibration judged on a recorded grid in seconds per
+workload, where a run takes an hour. A side-by-side ratio is the
 recorded one where the replay picks the same pick and best, else None.
 """
 

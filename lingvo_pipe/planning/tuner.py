@@ -272,8 +272,8 @@ def FormatTable(rows: Sequence[candidates.Row], pick: Optional[candidates.Row] =
 class Phases:
   """Where a tune's seconds went: timing the layers alone (Tune's
   Measure; 0 in Choose), the calibration's and the verification's trials
-  (Search's seconds are in neither: a fraction of a second), and how many
-  candidates each ran."""
+  (Search's seconds are in neither: about a second for the demo LM), and
+  how many candidates each ran."""
   measure_s: float
   calibration_s: float
   calibration_trials: int
