@@ -274,6 +274,7 @@ def _Report(name: str, pipeline, measured, measure_s: float, runs,
       scale={str(m): f for m, f in calibrated.scale.items()},
       concurrency={f'{d} {remat.name}': c for (d, remat), c in calibrated.concurrency.items()},
       split_backward=calibrated.split_backward,
+      split_backward_remat=calibrated.split_backward_remat,
       overheads=dataclasses.asdict(measured.overheads),
       layer_costs={str(m): [dataclasses.asdict(c) for c in costs]
                    for m, costs in measured.costs.items()},

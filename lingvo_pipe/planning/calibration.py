@@ -75,16 +75,19 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     devices' calls overlap more than their inlined ops (per-cell steps at
     K > 1 ran 0.7-0.9 of a prediction with the concurrency measured
     without remat).
-  - ZB-H1 on the devices and M of the largest K's probe without remat:
-    its concurrency over that probe's is `split_backward`, the factor on
-    the concurrency of every step without remat of a schedule that splits
-    its backwards (with per-cell remat such steps ran no faster than
-    1F1B's concurrency predicts, docs/benchmarks/tuning.md). The
-    devices overlap separate I and W actions better than whole backwards
+  - ZB-H1 on the devices and M of the largest K's probe without remat,
+    and again of the largest K's probe with remat: its concurrency over
+    that probe's is `split_backward` (`split_backward_remat`), the factor
+    on the concurrency of every step of a schedule that splits its
+    backwards, without remat (with it). The devices overlap separate I
+    and W actions otherwise than whole backwards: without remat better
     (ffn's K=4 M=8 ZB-H2 ran 0.74-0.84 of a prediction with 1F1B's
-    concurrency in three runs); replayed on those runs' grids, picks
-    within 5% of the best went from 18 to 22 of 24, for one more trial
-    (a probe per K and remat policy: 19, for four).
+    concurrency in three runs; replayed on those runs' grids, picks
+    within 5% of the best went from 18 to 22 of 24), with per-cell remat
+    worse (ffn's K=2 per-cell zero-bubble steps ran 1.2-1.5x such a
+    prediction on one grid; with their own factor, replayed on three
+    grids, the ffn's worst row went from 20/41/32% off to 14/28/17%,
+    the picks unchanged): two trials in all.
   """
   device_counts = sorted({r.candidate.num_devices for r in rows})
   scale_probes = {}
@@ -106,12 +109,20 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
     probe = next((r for r in found if r is not None), None)
     if probe is not None:
       probes[d, remat] = probe
-  whole = max((p for (_, r), p in probes.items() if r == RematPolicy.NONE),
-              key=lambda p: p.candidate.num_devices, default=None)
-  split = None if whole is None else _Probe(
-      rows, whole.candidate.num_devices, whole.candidate.num_micro_batches, RematPolicy.NONE,
-      (candidates.Kind.ZB_H1,))
-  Run([*scale_probes.values(), *probes.values(), *([split] if split else [])], trials)
+  # Per remat class (True: without remat), the largest K's probe and
+  # ZB-H1 on its devices and micro-batches.
+  splits: Dict[bool, Tuple[candidates.Row, candidates.Row]] = {}
+  for without in (True, False):
+    whole = max((p for (_, r), p in probes.items() if (r == RematPolicy.NONE) == without),
+                key=lambda p: p.candidate.num_devices, default=None)
+    if whole is None:
+      continue
+    split = _Probe(rows, whole.candidate.num_devices, whole.candidate.num_micro_batches,
+                   whole.candidate.remat, (candidates.Kind.ZB_H1,))
+    if split is not None:
+      splits[without] = (whole, split)
+  Run([*scale_probes.values(), *probes.values(), *[s for _, s in splits.values()]],
+      trials)
 
   scale: Dict[int, float] = {}
   for m, probe in scale_probes.items():
@@ -127,12 +138,12 @@ def Calibrate(pipeline: hyperparams.Params, measured: candidates.Measurements,
   concurrency = {key: _FittedConcurrency(pipeline, scaled, probe)
                  for key, probe in probes.items()}
   concurrency.update({key: concurrency[other] for key, other in same.items()})
-  if split is None:
-    return dataclasses.replace(scaled, concurrency=concurrency)
-  key = (split.candidate.num_devices, RematPolicy.NONE)
-  return dataclasses.replace(
-      scaled, concurrency=concurrency,
-      split_backward=_FittedConcurrency(pipeline, scaled, split) / concurrency[key])
+  factors = {without: _FittedConcurrency(pipeline, scaled, split) /
+             concurrency[whole.candidate.num_devices, whole.candidate.remat]
+             for without, (whole, split) in splits.items()}
+  return dataclasses.replace(scaled, concurrency=concurrency,
+                             split_backward=factors.get(True, 1.0),
+                             split_backward_remat=factors.get(False, 1.0))
 
 
 def _ConcurrencyProbeMs(micro_batch_counts: Iterable[int]) -> List[int]:
@@ -154,7 +165,7 @@ def _FittedConcurrency(pipeline: hyperparams.Params, scaled: candidates.Measurem
 
   def Seconds(concurrency: float) -> float:
     at = dataclasses.replace(scaled, concurrency={(d, probe.candidate.remat): concurrency},
-                             split_backward=1.0)
+                             split_backward=1.0, split_backward_remat=1.0)
     return candidates.Predict(probe.candidate, step, at).seconds
 
   low, high = 1.0, float(d)

@@ -23,7 +23,8 @@ from lingvo_pipe.planning import step_prediction
 Kind = schedule.ScheduleKind
 # The zero-bubble schedules: each backward runs as an input gradient (I)
 # and a weight gradient (W) of their own, which devices sharing cores
-# overlap better than whole backwards (Measurements.split_backward).
+# overlap otherwise than whole backwards (Measurements.split_backward,
+# split_backward_remat).
 SPLIT_BACKWARD = frozenset({Kind.ZB_H1, Kind.ZB_H2, Kind.ZB_V})
 
 
@@ -87,13 +88,14 @@ class Measurements:
   layers' seconds alone to the unpipelined step's (`scale`), per device
   count and remat policy the devices' concurrency, and the factor on it
   of the schedules that split their backwards, without remat
-  (`split_backward`)."""
+  (`split_backward`) and with it (`split_backward_remat`)."""
   costs: Dict[int, List[measured_costs.LayerCost]]
   overheads: overheads_lib.Overheads = overheads_lib.Overheads()
   scale: Dict[int, float] = dataclasses.field(default_factory=dict)
   concurrency: Dict[Tuple[int, RematPolicy], float] = dataclasses.field(default_factory=dict)
   deferred_shares: Dict[int, List[float]] = dataclasses.field(default_factory=dict)
   split_backward: float = 1.0
+  split_backward_remat: float = 1.0
 
 
 def Program(candidate: Candidate, p: hyperparams.Params) -> program.Program:
@@ -123,13 +125,14 @@ def Concurrency(measured: Measurements, candidate: Candidate) -> float:
   """The calibrated concurrency of `candidate`'s devices under its remat
   policy (without one, the least recomputing policy's on as many devices,
   else 1), times `split_backward` for a schedule in SPLIT_BACKWARD
-  without remat (the policy it is measured under), within [1, K]."""
+  without remat, `split_backward_remat` with it, within [1, K]."""
   found = [measured.concurrency.get((candidate.num_devices, r))
            for r in [candidate.remat] + list(RematPolicy)]
   concurrency = next((c for c in found if c is not None), 1.0)
-  if candidate.schedule_kind in SPLIT_BACKWARD and candidate.remat == RematPolicy.NONE:
-    concurrency = min(max(concurrency * measured.split_backward, 1.0),
-                      float(candidate.num_devices))
+  if candidate.schedule_kind in SPLIT_BACKWARD:
+    factor = (measured.split_backward if candidate.remat == RematPolicy.NONE
+              else measured.split_backward_remat)
+    concurrency = min(max(concurrency * factor, 1.0), float(candidate.num_devices))
   return concurrency
 
 

@@ -23,7 +23,8 @@ from measured costs and confirmed by running it.
    step on each number of devices, without remat and with it (how much
    they gain by running at once: on logical CPU devices they share the
    cores), 1F1B where it fits, else fill-drain, and ZB-H1 beside the
-   largest (how much more for split backwards); Search again.
+   largest of each (how much more or less for split backwards); Search
+   again.
 4. Verify: the `verify` fastest fitting candidates run too, and the next
    `verify` while one not run is predicted faster than all that ran (up to
    twice more); the pick is the fastest measured. Its override can be

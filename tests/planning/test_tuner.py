@@ -345,36 +345,42 @@ def test_steps_with_and_without_remat_get_their_own_concurrency():
       ran[-1], num_devices=2, remat=RematPolicy.PER_LAYER)) == 1.5
 
 
-def test_schedules_that_split_backwards_get_their_concurrency_from_one_probe():
+def test_schedules_that_split_backwards_get_their_concurrency_from_a_probe_per_remat():
   """Zero-bubble steps at K > 1 run 1.6x their uncalibrated prediction
-  where the rest run 2x: one ZB-H1 step, on the devices and micro-batches
-  of the largest K's probe without remat, is predicted as it ran, and its
-  concurrency over that probe's is the factor on every concurrency of a
-  schedule that splits its backwards without remat (not with remat: it
-  was not measured there)."""
+  without remat and 1.9x with it, where the rest run 2x and 1.8x: one
+  ZB-H1 step on the devices and micro-batches of the largest K's probe
+  without remat, and one of its probe with remat, is each predicted as it
+  ran, and its concurrency over that probe's is the factor on every
+  concurrency of a schedule that splits its backwards under that remat
+  class."""
   pipeline, _ = _Stack()
-  space = tuner.Space(micro_batches=(1, 2, 4), remats=[RematPolicy.NONE])
+  space = tuner.Space(micro_batches=(1, 2, 4), remats=[RematPolicy.NONE, RematPolicy.PER_CELL])
   measured = candidates.Measurements(_Measured(pipeline, space).costs)
-  ran, calibrated, predicted = _Calibrated(pipeline, measured, 1 << 40, space,
-                                           {RematPolicy.NONE: 2.0}, split=1.6)
-  (zb,) = [c for c in ran if c.schedule_kind in candidates.SPLIT_BACKWARD]
-  assert (zb.schedule_kind, zb.num_devices, zb.num_micro_batches) == (ScheduleKind.ZB_H1, 4, 4)
-  again = candidates.Predict(zb, candidates.Program(zb, zb.Apply(pipeline)), calibrated)
-  assert again.seconds == pytest.approx(1.6 * predicted[zb])
-  whole = calibrated.concurrency[4, RematPolicy.NONE]
-  assert calibrated.split_backward > 1.0
+  split = {RematPolicy.NONE: 1.6, RematPolicy.PER_CELL: 1.9}
+  ran, calibrated, predicted = _Calibrated(
+      pipeline, measured, 1 << 40, space,
+      {RematPolicy.NONE: 2.0, RematPolicy.PER_CELL: 1.8}, split=split)
+  zbs = [c for c in ran if c.schedule_kind in candidates.SPLIT_BACKWARD]
+  assert sorted((c.schedule_kind, c.num_devices, c.num_micro_batches, c.remat.name)
+                for c in zbs) == [(ScheduleKind.ZB_H1, 4, 4, 'NONE'),
+                                  (ScheduleKind.ZB_H1, 4, 4, 'PER_CELL')]
+  for zb in zbs:
+    again = candidates.Predict(zb, candidates.Program(zb, zb.Apply(pipeline)), calibrated)
+    assert again.seconds == pytest.approx(split[zb.remat] * predicted[zb])
+  assert calibrated.split_backward > 1.0 > calibrated.split_backward_remat
+  factors = {RematPolicy.NONE: calibrated.split_backward,
+             RematPolicy.PER_CELL: calibrated.split_backward_remat}
   for c in predicted:
     if c.schedule_kind in candidates.SPLIT_BACKWARD and c.num_devices == 4:
+      whole = calibrated.concurrency[4, c.remat]
       assert candidates.Concurrency(calibrated, c) == pytest.approx(
-          min(whole * calibrated.split_backward, 4.0))
-      remat = dataclasses.replace(c, remat=RematPolicy.PER_CELL)
-      assert candidates.Concurrency(calibrated, remat) == whole
-  assert candidates.Concurrency(calibrated, dataclasses.replace(zb, num_devices=1)) == 1.0
+          min(max(whole * factors[c.remat], 1.0), 4.0))
+  assert candidates.Concurrency(calibrated, dataclasses.replace(zbs[0], num_devices=1)) == 1.0
 
 
 def _Calibrated(pipeline, measured, budget, space, factors, single=2.0, split=None):
   """calibration.Calibrate on trials that run factors[remat] x the
-  uncalibrated prediction on several devices (`split` x for the
+  uncalibrated prediction on several devices (split[remat] x for the
   zero-bubble schedules, if given; `single` x on one, but 2x without
   remat): (candidates run, each once; the calibrated measurements; the
   uncalibrated predictions)."""
@@ -386,7 +392,7 @@ def _Calibrated(pipeline, measured, budget, space, factors, single=2.0, split=No
     ran.append(candidate)
     if candidate.num_devices > 1 and split and candidate.schedule_kind in (
         candidates.SPLIT_BACKWARD):
-      factor = split
+      factor = split[candidate.remat]
     elif candidate.num_devices > 1:
       factor = factors[candidate.remat]
     else:
